@@ -1,0 +1,59 @@
+# trio-dispatch developer entry points.
+#
+#   make run     start tdrouterd with conf/router.conf
+#   make test    run the whole test suite (unit + system + rhea interop)
+#   make bench   run tdbench with its defaults
+#   make clean   remove the virtualenv, node_modules and caches
+#
+# Everything bootstraps itself on a fresh clone: .venv is created with
+# `python3 -m venv` and the project installed editable with its test extra;
+# the rhea clients are installed with `npm ci` from the committed lockfile.
+# Stamp files make both steps re-run only when their inputs change.
+
+PYTHON      ?= python3
+NPM         ?= npm
+PYTEST_ARGS ?=
+
+VENV        := .venv
+VENV_STAMP  := $(VENV)/.installed
+RHEA_DIR    := tests/clients/rhea
+RHEA_STAMP  := $(RHEA_DIR)/node_modules/.installed
+
+.PHONY: all venv rhea run test bench clean
+
+all: test
+
+venv: $(VENV_STAMP)
+
+rhea: $(RHEA_STAMP)
+
+# (Re)install when the venv is missing or pyproject.toml changed.
+$(VENV_STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet -e '.[test]'
+	@touch $@
+
+# npm ci wipes node_modules first, so the stamp lives inside it.
+$(RHEA_STAMP): $(RHEA_DIR)/package.json $(RHEA_DIR)/package-lock.json
+	cd $(RHEA_DIR) && $(NPM) ci --no-audit --no-fund
+	@touch $@
+
+run: $(VENV_STAMP)
+	$(VENV)/bin/tdrouterd -c conf/router.conf
+
+# pytest exits 5 when it ran no tests; that must fail the build, not pass it.
+test: $(VENV_STAMP) $(RHEA_STAMP)
+	@status=0; \
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) || status=$$?; \
+	if [ $$status -eq 5 ]; then \
+		echo "make test: FAILED - pytest ran no tests (exit status 5)" >&2; \
+		exit 1; \
+	fi; \
+	exit $$status
+
+bench: $(VENV_STAMP)
+	$(VENV)/bin/tdbench
+
+clean:
+	rm -rf $(VENV) $(RHEA_DIR)/node_modules .pytest_cache .hypothesis build dist *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

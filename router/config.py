@@ -1,0 +1,478 @@
+"""qdrouterd.conf-style configuration: parsing and validation.
+
+The file is a list of sections::
+
+    listener {
+        host: 0.0.0.0       # trailing comments start with whitespace then '#'
+        port: amqp
+    }
+
+``parse_config`` turns the text into a :class:`RouterConfig` of validated
+:class:`Entity` objects (values converted, defaults filled in) and raises
+:class:`ConfigError` with ``path:line:`` for the first problem found.  The
+attribute tables live in :mod:`router.schema`; ``validate_entity`` applies the
+same checks to a single entity (for management CREATE).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import secrets
+import string
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from . import schema
+from .patterns import normalise_pattern, prefix_pattern, validate_pattern
+
+
+class ConfigError(Exception):
+    """A configuration problem at ``path:line``."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        super().__init__(path, line, message)
+        self.path = path
+        self.line = line
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+@dataclass
+class Entity:
+    """One configured section."""
+
+    type: str     # canonical section name, e.g. "listener"
+    attrs: dict   # canonical camelCase name -> converted value, defaults filled in
+    path: str
+    line: int     # where the section starts
+    #: canonical attribute name -> line it was given on (absent for defaults)
+    attr_lines: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __getitem__(self, k: str) -> Any:
+        return self.attrs[k]
+
+    def get(self, k: str, default: Any = None) -> Any:
+        return self.attrs.get(k, default)
+
+    @property
+    def name(self) -> str | None:
+        return self.attrs.get("name")
+
+
+@dataclass
+class RouterConfig:
+    path: str
+    router: Entity
+    listeners: list[Entity] = field(default_factory=list)
+    connectors: list[Entity] = field(default_factory=list)
+    addresses: list[Entity] = field(default_factory=list)
+    link_routes: list[Entity] = field(default_factory=list)
+    auto_links: list[Entity] = field(default_factory=list)
+    logs: list[Entity] = field(default_factory=list)
+    ssl_profiles: list[Entity] = field(default_factory=list)
+
+    def entities(self) -> Iterator[Entity]:
+        """Every entity, router first, then in the order of the lists above."""
+        yield self.router
+        for group in (self.listeners, self.connectors, self.addresses, self.link_routes,
+                      self.auto_links, self.logs, self.ssl_profiles):
+            yield from group
+
+
+#: RouterConfig list attribute for each non-singleton section type
+_LISTS = {
+    "listener": "listeners", "connector": "connectors", "address": "addresses",
+    "linkRoute": "link_routes", "autoLink": "auto_links", "log": "logs",
+    "sslProfile": "ssl_profiles",
+}
+
+# ---------------------------------------------------------------------------
+# Lexing: text -> raw sections
+# ---------------------------------------------------------------------------
+
+_COMMENT = r"(?:\s+#.*)?"
+_OPEN = re.compile(r"([A-Za-z_][\w.-]*)\s*(\{)?\s*(\})?" + _COMMENT)
+_CLOSE = re.compile(r"\}" + _COMMENT)
+_KEY = re.compile(r"[A-Za-z_$][\w$-]*")
+_TRAILING_COMMENT = re.compile(r"\s+#.*$")
+
+
+@dataclass
+class _RawSection:
+    name: str
+    line: int
+    items: list = field(default_factory=list)   # (key, value, line)
+
+
+def _is_comment_or_blank(text: str) -> bool:
+    s = text.strip()
+    return not s or s.startswith("#")
+
+
+def _clean_value(raw: str, path: str, lineno: int, key: str) -> str:
+    """Strip a trailing comment and surrounding quotes from an attribute value."""
+    raw = raw.strip()
+    if raw[:1] in ("'", '"'):
+        q = raw[0]
+        end = raw.find(q, 1)
+        if end < 0:
+            raise ConfigError(path, lineno, f"unterminated quoted value for '{key}'")
+        rest = raw[end + 1:].strip()
+        if rest and not rest.startswith("#"):
+            raise ConfigError(path, lineno, f"unexpected text {rest!r} after the quoted value of '{key}'")
+        return raw[1:end]
+    value = _TRAILING_COMMENT.sub("", raw).strip()
+    if not value:
+        raise ConfigError(path, lineno, f"attribute '{key}' has no value")
+    return value
+
+
+def _read_json_block(lines: list[str], start: int, first: str, path: str, key: str) -> tuple[Any, int]:
+    """Collect a JSON value starting with '{' on line index *start*; return (value, last index)."""
+    buf = [first]
+    depth = first.count("{") - first.count("}")
+    i = start
+    while depth > 0:
+        i += 1
+        if i >= len(lines):
+            raise ConfigError(path, start + 1, f"unterminated JSON value for '{key}' opened here")
+        if _is_comment_or_blank(lines[i]):
+            continue
+        buf.append(lines[i])
+        depth += lines[i].count("{") - lines[i].count("}")
+    try:
+        return json.loads("\n".join(buf)), i
+    except ValueError as e:
+        raise ConfigError(path, start + 1, f"'{key}' is not valid JSON: {e}") from None
+
+
+def _lex(text: str, path: str) -> list[_RawSection]:
+    lines = text.splitlines()
+    sections: list[_RawSection] = []
+    current: _RawSection | None = None
+    pending: tuple[str, int] | None = None    # section name waiting for its '{'
+    i = 0
+    while i < len(lines):
+        lineno = i + 1
+        s = lines[i].strip()
+        if not s or s.startswith("#"):
+            i += 1
+            continue
+        if current is None:
+            if pending is not None:
+                m = re.fullmatch(r"\{\s*(\})?" + _COMMENT, s)
+                if not m:
+                    raise ConfigError(path, pending[1], f"expected '{{' after section name '{pending[0]}'")
+                current = _RawSection(pending[0], pending[1])
+                pending = None
+                if m.group(1):
+                    sections.append(current)
+                    current = None
+            else:
+                m = _OPEN.fullmatch(s)
+                if m and m.group(2):
+                    current = _RawSection(m.group(1), lineno)
+                    if m.group(3):
+                        sections.append(current)
+                        current = None
+                elif m and not m.group(3):
+                    pending = (m.group(1), lineno)
+                elif s.startswith("}"):
+                    raise ConfigError(path, lineno, "unexpected '}' outside any section")
+                elif ":" in s:
+                    key = s.split(":", 1)[0].strip()
+                    raise ConfigError(path, lineno, f"attribute '{key}' outside any section")
+                else:
+                    raise ConfigError(path, lineno, f"expected a section name followed by '{{', got {s!r}")
+            i += 1
+            continue
+        # inside a section
+        if _CLOSE.fullmatch(s):
+            sections.append(current)
+            current = None
+        elif ":" in s:
+            key, _, raw = s.partition(":")
+            key = key.strip()
+            if not _KEY.fullmatch(key):
+                raise ConfigError(path, lineno, f"{current.name}: invalid attribute name {key!r}")
+            raw = raw.strip()
+            if raw.startswith("{"):
+                if schema.camel_case(key) not in schema.JSON_ATTRIBUTES:
+                    raise ConfigError(path, lineno,
+                                      f"{current.name}: '{key}' cannot open a block; "
+                                      "nested sections are not allowed")
+                value, i = _read_json_block(lines, i, raw, path, key)
+            else:
+                value = _clean_value(raw, path, lineno, key)
+            current.items.append((key, value, lineno))
+        else:
+            m = _OPEN.fullmatch(s)
+            if m and (m.group(2) or schema.entity_type(m.group(1)) is not None):
+                raise ConfigError(
+                    path, lineno,
+                    f"section '{m.group(1)}' cannot be nested inside '{current.name}' "
+                    f"(missing '}}' for '{current.name}' opened at line {current.line}?)")
+            raise ConfigError(path, lineno, f"{current.name}: expected 'name: value', got {s!r}")
+        i += 1
+    if current is not None:
+        raise ConfigError(path, current.line, f"unterminated section '{current.name}' opened here")
+    if pending is not None:
+        raise ConfigError(path, pending[1], f"expected '{{' after section name '{pending[0]}'")
+    return sections
+
+
+# ---------------------------------------------------------------------------
+# Validation: raw items -> Entity
+# ---------------------------------------------------------------------------
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _section_type(name: str, path: str, line: int) -> schema.EntityType:
+    et = schema.entity_type(name)
+    if et is not None:
+        return et
+    if schema.camel_case(name) in schema.UNSUPPORTED_SECTIONS:
+        raise ConfigError(path, line, f"section '{name}' is not supported by tdrouterd")
+    known = list(schema.ENTITY_TYPES)
+    hint = _suggest(schema.camel_case(name), known + ["container"])
+    raise ConfigError(path, line, f"unknown section '{name}'{hint}; expected one of {', '.join(known)}")
+
+
+def _random_id(mode: str) -> str:
+    alphabet = string.ascii_letters + string.digits
+    return mode + "".join(secrets.choice(alphabet) for _ in range(15))
+
+
+def _build(et: schema.EntityType, items: list, path: str, line: int,
+           label: str | None = None) -> Entity:
+    """Convert and check *items* [(key, value, line)] of one section of type *et*."""
+    label = label or et.name
+    attrs: dict[str, Any] = {}
+    lines: dict[str, int] = {}
+    for key, value, ln in items:
+        canon = et.resolve(key)
+        if canon is None:
+            raise ConfigError(path, ln, f"{label}: unknown attribute '{key}'"
+                              f"{_suggest(schema.camel_case(key), et.known_names())}")
+        if canon in attrs:
+            how = f"'{key}' sets '{canon}', which is" if schema.camel_case(key) != canon else f"'{canon}' is"
+            raise ConfigError(path, ln, f"{label}: duplicate attribute: {how} already set at line {lines[canon]}")
+        try:
+            attrs[canon] = et.attrs[canon].convert(value)
+        except ValueError as e:
+            raise ConfigError(path, ln, f"{label}: {e}") from None
+        lines[canon] = ln
+    for a in et:
+        if a.name not in attrs:
+            if a.required:
+                raise ConfigError(path, line, f"{label}: missing required attribute '{a.name}'")
+            attrs[a.name] = a.default
+    ent = Entity(et.name, attrs, path, line, lines)
+    _RULES.get(et.name, lambda e, lbl: None)(ent, label)
+    return ent
+
+
+def _err(ent: Entity, attr: str | None, message: str) -> ConfigError:
+    line = ent.attr_lines.get(attr, ent.line) if attr else ent.line
+    return ConfigError(ent.path, line, message)
+
+
+def _one_of(ent: Entity, label: str, a: str, b: str) -> None:
+    if (ent[a] is None) == (ent[b] is None):
+        raise _err(ent, None, f"{label}: give exactly one of '{a}' or '{b}'")
+
+
+def _check_match(ent: Entity, label: str) -> None:
+    """prefix xor pattern, both well formed."""
+    _one_of(ent, label, "prefix", "pattern")
+    if ent["prefix"] is not None:
+        p = ent["prefix"]
+        if not p.strip("./"):
+            raise _err(ent, "prefix", f"{label}: prefix must not be empty")
+        if "*" in p or "#" in p:
+            raise _err(ent, "prefix", f"{label}: prefix {p!r} contains a wildcard; use 'pattern' instead")
+    else:
+        p = ent["pattern"]
+        if not p.strip("./"):
+            raise _err(ent, "pattern", f"{label}: pattern must not be empty")
+        try:
+            validate_pattern(p)
+        except ValueError as e:
+            raise _err(ent, "pattern", f"{label}: {e}") from None
+
+
+def _match_key(ent: Entity) -> str:
+    """Normalised pattern an address/linkRoute section occupies in its table."""
+    if ent["prefix"] is not None:
+        return prefix_pattern(ent["prefix"])
+    return normalise_pattern(ent["pattern"])
+
+
+def _rules_router(ent: Entity, label: str) -> None:
+    if ent["id"] is None:
+        ent.attrs["id"] = _random_id(ent["mode"])
+    rid = ent["id"]
+    if not rid or any(c.isspace() or not c.isprintable() for c in rid):
+        raise _err(ent, "id", f"{label}: id {rid!r} must be non-empty, without whitespace or control characters")
+    if ent["name"] is None:
+        ent.attrs["name"] = rid
+
+
+def _rules_connection(ent: Entity, label: str) -> None:
+    if ent.type == "connector" and ent["retryMaxDelaySeconds"] < ent["retryDelaySeconds"]:
+        raise _err(ent, "retryMaxDelaySeconds",
+                   f"{label}: retryMaxDelaySeconds {ent['retryMaxDelaySeconds']} is below "
+                   f"retryDelaySeconds {ent['retryDelaySeconds']}")
+    if ent["name"] is None:
+        ent.attrs["name"] = f"{ent.type}/{ent['host']}:{ent['port']}"
+
+
+def _rules_address(ent: Entity, label: str) -> None:
+    _check_match(ent, label)
+    if ent["enableFallback"] and (ent["waypoint"] or ent["ingressPhase"] or ent["egressPhase"]):
+        raise _err(ent, "enableFallback",
+                   f"{label}: enableFallback cannot be combined with waypoint or non-zero phases")
+
+
+def _rules_link_route(ent: Entity, label: str) -> None:
+    _check_match(ent, label)
+    _one_of(ent, label, "containerId", "connection")
+
+
+def _rules_auto_link(ent: Entity, label: str) -> None:
+    _one_of(ent, label, "containerId", "connection")
+    if ent["phase"] is None:
+        ent.attrs["phase"] = 1 if ent["direction"] == "in" and not ent["fallback"] else 0
+
+
+def _rules_log(ent: Entity, label: str) -> None:
+    if ent["name"] is None:
+        ent.attrs["name"] = f"log/{ent['module']}"
+
+
+_RULES = {
+    "router": _rules_router, "listener": _rules_connection, "connector": _rules_connection,
+    "address": _rules_address, "linkRoute": _rules_link_route, "autoLink": _rules_auto_link,
+    "log": _rules_log,
+}
+
+
+def validate_entity(type: str, attrs: dict, path: str = "<management>", line: int = 0) -> Entity:
+    """Validate one entity given as a dict (camelCase, dashed or legacy names; values
+    as strings or already typed), with the same checks as the config file.
+
+    Names of address/linkRoute/autoLink entities are left as given (None when
+    absent): the caller assigns one.  A ``type`` key naming the same entity
+    type is ignored.
+    """
+    et = schema.entity_type(type)
+    if et is None:
+        raise ConfigError(path, line, f"unknown entity type '{type}'"
+                          f"{_suggest(type, list(schema.ENTITY_TYPES))}")
+    items = []
+    for k, v in attrs.items():
+        if v is None or (k == "type" and schema.entity_type(str(v)) is et):
+            continue
+        items.append((k, v, line))
+    return _build(et, items, path, line)
+
+
+# ---------------------------------------------------------------------------
+# Whole file
+# ---------------------------------------------------------------------------
+
+def _merge_router(parts: list[_RawSection], path: str) -> tuple[list, int]:
+    """Items of the router section merged with a legacy 'container' section."""
+    routers = [s for s in parts if s.name != "container"]
+    containers = [s for s in parts if s.name == "container"]
+    for group, what in ((routers, "router"), (containers, "container")):
+        if len(group) > 1:
+            raise ConfigError(path, group[1].line,
+                              f"duplicate '{what}' section (first at line {group[0].line}); "
+                              "only one is allowed")
+    items = [it for s in routers + containers for it in s.items]
+    first = (routers + containers)[0].line if routers or containers else 0
+    return items, first
+
+
+def _assign_names(ents: list[Entity], kind: str) -> None:
+    """Unique names within one section type; explicit names must not repeat."""
+    taken: dict[str, Entity] = {}
+    for e in ents:
+        if "name" in e.attr_lines:
+            if e["name"] in taken:
+                prev = taken[e["name"]]
+                raise _err(e, "name", f"{kind}: name '{e['name']}' is already used by the "
+                           f"{kind} at line {prev.line}")
+            taken[e["name"]] = e
+    for index, e in enumerate(ents):
+        if "name" in e.attr_lines:
+            continue
+        base = e["name"] or f"{kind}/{index}"
+        name, n = base, 1
+        while name in taken:
+            name, n = f"{base}/{n}", n + 1
+        e.attrs["name"] = name
+        taken[name] = e
+
+
+def _check_duplicates(ents: list[Entity], kind: str, key) -> None:
+    seen: dict[Any, Entity] = {}
+    for e in ents:
+        k = key(e)
+        if k in seen:
+            what = "prefix" if e["prefix"] is not None else "pattern"
+            raise _err(e, what, f"{kind}: {what} '{e[what]}' duplicates the {kind} at line "
+                       f"{seen[k].line} (both match '{k[0] if isinstance(k, tuple) else k}')")
+        seen[k] = e
+
+
+def parse_config(text: str, path: str = "<config>") -> RouterConfig:
+    """Parse and validate qdrouterd.conf-style *text*; raise ConfigError on the first problem."""
+    raw = _lex(text, path)
+    groups: dict[str, list[_RawSection]] = {name: [] for name in schema.ENTITY_TYPES}
+    for sec in raw:
+        groups[_section_type(sec.name, path, sec.line).name].append(sec)
+
+    items, line = _merge_router(groups.pop("router"), path)
+    router = _build(schema.ENTITY_TYPES["router"], items, path, line)
+    cfg = RouterConfig(path, router)
+    for kind, attr in _LISTS.items():
+        ents = [_build(schema.ENTITY_TYPES[kind], s.items, path, s.line) for s in groups[kind]]
+        _assign_names(ents, kind)
+        setattr(cfg, attr, ents)
+
+    profiles = {e["name"]: e for e in cfg.ssl_profiles}
+    for e in cfg.listeners + cfg.connectors:
+        ref = e["sslProfile"]
+        if ref is not None and ref not in profiles:
+            known = ", ".join(profiles) or "none defined"
+            raise _err(e, "sslProfile", f"{e.type}: sslProfile '{ref}' is not defined ({known})")
+    modules: dict[str, Entity] = {}
+    for e in cfg.logs:
+        if e["module"] in modules:
+            raise _err(e, "module", f"log: module '{e['module']}' is already configured at line "
+                       f"{modules[e['module']].line}")
+        modules[e["module"]] = e
+    _check_duplicates(cfg.addresses, "address", _match_key)
+    _check_duplicates(cfg.link_routes, "linkRoute", lambda e: (_match_key(e), e["direction"]))
+    return cfg
+
+
+def load_config(path: str) -> RouterConfig:
+    """Read and parse the file at *path*."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(str(path), 0, f"cannot read configuration file: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), 0, f"configuration file is not UTF-8: {e}") from None
+    return parse_config(text, str(path))

@@ -1,0 +1,209 @@
+"""The router: connection and link life cycle (the cold paths) on top of the forwarder (the hot path).
+
+``Router`` is sans-IO: it implements :class:`wire.connection.ConnectionHandler` and never touches a
+socket. The daemon (router/daemon.py) creates listeners and connectors whose engines report to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+import proton
+
+from wire import raw
+from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
+from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
+from router.forwarder import Forwarder
+from router.links import RouterConnection, RouterLink
+
+log = logging.getLogger("router.core")
+
+PRODUCT = "trio-dispatch"
+VERSION = "0.1.0"
+
+
+class Router(Forwarder, ConnectionHandler):
+    """One router's routing state and its AMQP endpoint logic."""
+
+    def __init__(self, router_id: str, *, default_distribution: str = "balanced", address_entities=(),
+                 clock=None):
+        self.id = router_id
+        self.parser = AddressParser(router_id)
+        self.address_config = AddressConfigTable(default_distribution)
+        for entity in address_entities:
+            self.address_config.add(entity)
+        self.addresses: dict[str, Address] = {}
+        self.connections: set[RouterConnection] = set()
+        self._partial: dict = {}  # incoming delivery pointer -> list of chunks received so far
+        self._clock = clock or (lambda: 0.0)
+        self._init_forwarder()
+
+    # -- engines ---------------------------------------------------------------------------------
+    def connection_settings(self, **kw) -> ConnectionSettings:
+        """Settings with this router's identity filled in (container id = router id, as Dispatch)."""
+        kw.setdefault("container_id", self.id)
+        kw.setdefault("properties", {"product": PRODUCT, "version": VERSION})
+        return ConnectionSettings(**kw)
+
+    def new_engine(self, settings: ConnectionSettings, *, server: bool, remote_host: str = "") -> EngineConnection:
+        engine = EngineConnection(self, settings, server=server, remote_host=remote_host)
+        rc = RouterConnection(engine, settings.role, settings.name, self._clock())
+        engine.app = rc
+        self.connections.add(rc)
+        return engine
+
+    def close_all(self) -> None:
+        """Graceful shutdown: every connection gets a close frame."""
+        for rc in list(self.connections):
+            rc.engine.close()
+
+    # -- hot events --------------------------------------------------------------------------------
+    def on_delivery(self, engine, d) -> None:
+        lp = raw.delivery_link(d)
+        rl = engine.app.links.get(lp)
+        if rl is None:
+            return
+        if rl.incoming:
+            if not raw.delivery_readable(d):
+                return  # a state change on a delivery we already took: the outcome is ours to send
+            if raw.delivery_aborted(d):
+                self._partial.pop(d, None)
+                raw.link_advance(lp)
+                raw.delivery_settle(d)
+                return
+            if raw.delivery_partial(d):
+                chunk = raw.recv_all(lp)
+                if chunk:
+                    self._partial.setdefault(d, []).append(chunk)
+                return
+            msg = raw.recv_all(lp)
+            if self._partial:
+                chunks = self._partial.pop(d, None)
+                if chunks:
+                    chunks.append(msg)
+                    msg = b"".join(chunks)
+            raw.link_advance(lp)
+            self.message_in(rl, d, msg)
+        else:
+            self.outgoing_update(rl, d)
+
+    def on_link_flow(self, engine, link) -> None:
+        rl = engine.app.links.get(link)
+        if rl is None or rl.incoming:
+            return
+        if rl.undelivered:
+            self.pump(rl)
+        if raw.link_get_drain(link) and not rl.undelivered:
+            raw.link_drained(link)
+            engine.wake()
+
+    # -- cold events -----------------------------------------------------------------------------
+    def on_connection_open(self, engine) -> None:
+        log.info("connection %d from %s opened (container %s, role %s)", engine.id, engine.remote_host,
+                 engine.remote_container, engine.settings.role)
+
+    def on_link_open(self, engine, link) -> None:
+        lo = raw.link_object(link)
+        rc: RouterConnection = engine.app
+        capacity = engine.settings.link_capacity
+        if lo.is_sender:  # the peer receives: an outgoing link
+            src = lo.remote_source
+            if src.dynamic:
+                address = f"amqp:/_topo/0/{self.id}/temp.{secrets.token_urlsafe(9)}"
+                addr = self._bind_address(self.parser.key(address), address, CLOSEST)
+                engine.open_link_like_remote(link, source_address=address, dynamic_source=True)
+            else:
+                if not src.address:
+                    engine.refuse_link(link, "amqp:invalid-field", "receiver needs a source address")
+                    return
+                addr = self._address_for(src.address, outgoing=True)
+                if addr is None:
+                    engine.refuse_link(link, "amqp:not-found", "Node not found")
+                    return
+                engine.open_link_like_remote(link)
+            rl = RouterLink(link, rc, False, addr, capacity, lo.name)
+            rl.presettled_out = lo.remote_snd_settle_mode == proton.Link.SND_SETTLED
+            if src.dynamic:
+                rl.dynamic_address = address
+            rc.links[link] = rl
+            first = not addr.rlinks
+            addr.rlinks.append(rl)
+            if first:
+                self.destination_appeared(addr)
+            log.debug("outgoing link %s attached to %s", lo.name, addr.key)
+        else:  # the peer sends: an incoming link
+            tgt = lo.remote_target
+            if tgt.dynamic:
+                engine.refuse_link(link, "amqp:not-implemented", "dynamic targets are not supported")
+                return
+            addr = None
+            if tgt.address:
+                addr = self._address_for(tgt.address, outgoing=False)
+                if addr is None:
+                    engine.refuse_link(link, "amqp:not-found", "Node not found")
+                    return
+            engine.open_link_like_remote(link)
+            rl = RouterLink(link, rc, True, addr, capacity, lo.name)
+            rc.links[link] = rl
+            if addr is not None:
+                addr.inlinks.add(rl)
+            self.grant_initial_credit(rl)
+            log.debug("incoming link %s attached to %s", lo.name, addr.key if addr else "(anonymous)")
+        engine.wake()
+
+    def on_link_close(self, engine, link, closed: bool) -> None:
+        rl = engine.app.links.pop(link, None)
+        if rl is not None:
+            self._unbind(rl)
+        engine.wake()
+
+    def on_connection_close(self, engine) -> None:
+        rc: RouterConnection = engine.app
+        for rl in list(rc.links.values()):
+            self._unbind(rl)
+        rc.links.clear()
+        self.connections.discard(rc)
+        log.info("connection %d from %s closed%s", engine.id, engine.remote_host,
+                 f" ({engine.error})" if engine.error else "")
+
+    # -- binding -----------------------------------------------------------------------------------
+    def _address_for(self, address: str, *, outgoing: bool) -> Address | None:
+        """The routing entry a link attaches to; None for an unavailable address."""
+        klass, name = self.parser.parse(address)
+        if klass == "M":
+            sem = self.address_config.semantics(name)
+            if sem.distribution == UNAVAILABLE:
+                return None
+            phase = sem.out_phase if outgoing else sem.in_phase
+            return self._bind_address(f"M{phase}{name}", name, sem.distribution, phase, sem.pattern)
+        if klass == "L":
+            return self._bind_address("L" + name, name, CLOSEST)
+        # Another router's address: no mesh yet in standalone mode.
+        return self._bind_address(klass + name, name, CLOSEST)
+
+    def _bind_address(self, key: str, name: str, distribution: str, phase: int = 0, pattern=None) -> Address:
+        addr = self.addresses.get(key)
+        if addr is None:
+            addr = self.addresses[key] = Address(key, name, phase, distribution, pattern)
+        return addr
+
+    def _unbind(self, rl: RouterLink) -> None:
+        if rl.closed:
+            return
+        rl.closed = True
+        addr = rl.address
+        if rl.incoming:
+            if addr is not None:
+                addr.inlinks.discard(rl)
+            if self._partial:
+                for d in [d for d in self._partial if raw.delivery_link(d) == rl.ptr]:
+                    del self._partial[d]
+        else:
+            try:
+                addr.rlinks.remove(rl)
+            except ValueError:
+                pass
+            self.fail_outgoing(rl)
+        if addr is not None and addr.unused and self.addresses.get(addr.key) is addr:
+            del self.addresses[addr.key]

@@ -1,0 +1,130 @@
+"""``tdrouterd -c FILE``: load a qdrouterd.conf, listen and connect, route until SIGINT/SIGTERM.
+
+Start-up contract (system tests and operators rely on it): one stdout line per bound listener,
+``tdrouterd: listening on HOST:PORT (listener NAME, role ROLE)``, then
+``tdrouterd: ready (router id ID)``. A bad configuration exits with status 2 and ``FILE:LINE: message``
+on stderr. Shutdown closes every connection with a close frame before exiting 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import click
+import trio
+
+from router.config import ConfigError, RouterConfig, load_config
+from router.core import Router
+from router.logsetup import configure_logging
+from wire.driver import Backoff, run_connector, serve_listener
+from wire.sasl import SaslConfigError, server_mechanisms
+
+log = logging.getLogger("router.daemon")
+
+# How long shutdown waits for peers to answer our close frames.
+SHUTDOWN_GRACE_SECONDS = 3.0
+DEFAULT_CONFIG = "conf/router.conf"
+
+
+def _settings(router: Router, entity, *, server: bool):
+    a = entity.attrs
+    return router.connection_settings(
+        role=a.get("role") or "normal",
+        name=a.get("name") or "",
+        max_frame_size=int(a.get("maxFrameSize") or 16384),
+        max_sessions=int(a.get("maxSessions") or 32768),
+        idle_timeout_seconds=float(a.get("idleTimeoutSeconds") if a.get("idleTimeoutSeconds") is not None else 16),
+        sasl_mechanisms=a.get("saslMechanisms") or "ANONYMOUS",
+        authenticate_peer=bool(a.get("authenticatePeer")),
+        link_capacity=int(a.get("linkCapacity") or 250),
+    )
+
+
+def check_config(cfg: RouterConfig) -> None:
+    """Checks that need this build's capabilities, reported like parse errors (FILE:LINE)."""
+    for entity in cfg.listeners:
+        try:
+            server_mechanisms(entity.get("saslMechanisms"))
+        except SaslConfigError as exc:
+            raise ConfigError(entity.path, entity.line, f"listener: {exc}") from None
+
+
+async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    router = Router(
+        cfg.router["id"],
+        default_distribution=cfg.router.get("defaultDistribution") or "balanced",
+        address_entities=cfg.addresses,
+        clock=trio.current_time,
+    )
+    async with trio.open_nursery() as nursery:
+        bound = []
+        for entity in cfg.listeners:
+            settings = _settings(router, entity, server=True)
+            host = entity.get("host") or ""
+            port = int(entity["port"])
+            try:
+                listeners = await nursery.start(
+                    serve_listener, host, port,
+                    lambda remote, s=settings: router.new_engine(s, server=True, remote_host=remote),
+                )
+            except OSError as exc:
+                raise SystemExit(f"{entity.path}:{entity.line}: listener: cannot listen on {host}:{port}: {exc}")
+            for lst in listeners:
+                h, p = lst.socket.getsockname()[:2]
+                bound.append((h, p))
+                print(f"tdrouterd: listening on {h}:{p} (listener {settings.name or '-'}, role {settings.role})",
+                      flush=True)
+        for entity in cfg.connectors:
+            settings = _settings(router, entity, server=False)
+            a = entity.attrs
+            backoff = Backoff(
+                initial=float(a.get("retryDelaySeconds") or 1.0),
+                multiplier=float(a.get("retryMultiplier") or 2.0),
+                max_delay=float(a.get("retryMaxDelaySeconds") or 60.0),
+                max_attempts=int(a.get("retryMaxAttempts") or 0),
+            )
+            nursery.start_soon(
+                run_connector, entity.get("host") or "127.0.0.1", int(entity["port"]),
+                lambda remote, s=settings: router.new_engine(s, server=False, remote_host=remote), backoff,
+            )
+        print(f"tdrouterd: ready (router id {router.id})", flush=True)
+        task_status.started(router)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("signal %d: shutting down", signum)
+                break
+        router.close_all()
+        with trio.move_on_after(SHUTDOWN_GRACE_SECONDS):
+            while router.connections:
+                await trio.sleep(0.02)
+        nursery.cancel_scope.cancel()
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-c", "--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
+              help="qdrouterd.conf-style configuration file.")
+def main(config_path: str) -> None:
+    """tdrouterd: an AMQP 1.0 message router in the style of Qpid Dispatch Router."""
+    try:
+        cfg = load_config(config_path)
+        check_config(cfg)
+    except ConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    configure_logging(cfg.logs)
+    try:
+        trio.run(run_router, cfg)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            click.echo(exc.code, err=True)
+            sys.exit(1)
+        raise
+    except KeyboardInterrupt:
+        pass
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

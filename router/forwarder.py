@@ -1,0 +1,320 @@
+"""The per-message path: receive a complete message, choose destinations, send, carry outcomes back.
+
+Everything here runs once per message (or per copy), so it touches only raw engine pointers
+(:mod:`wire.raw`), bytes, and ``__slots__`` records; no logging at default level.
+
+Credit (reference §1.2): an incoming link is given ``capacity`` credit only while its address has a
+destination; credit comes back as each delivery leaves the router's buffers (sent on an outgoing link,
+or released/rejected/dropped). When the address loses its last destination, queued deliveries are
+released back to their producers and credit is withheld until a destination returns.
+
+Settlement: nothing is settled upstream before the downstream peer settled (end to end); an anycast
+delivery mirrors the consumer's outcome with its details; an unsettled multicast delivery settles after
+every copy reached a terminal outcome, with the merged outcome.
+"""
+
+from __future__ import annotations
+
+from wire import raw
+from wire.codec import CodecError, message_to, strip_router_annotations
+from router.addresses import BALANCED, CLOSEST, MULTICAST, UNAVAILABLE
+from router.links import InDelivery, RouterLink
+
+ACCEPTED = raw.ACCEPTED
+REJECTED = raw.REJECTED
+RELEASED = raw.RELEASED
+MODIFIED = raw.MODIFIED
+
+# Multicast merge order (Dispatch: rejected > accepted > modified > released).
+OUTCOME_PRIORITY = {RELEASED: 1, MODIFIED: 2, ACCEPTED: 3, REJECTED: 4}
+
+ROUTER_ANNOTATION_MARK = b"x-opt-qd."
+
+_delivery_settle = raw.delivery_settle
+_delivery_update = raw.delivery_update
+_delivery_settled = raw.delivery_settled
+_delivery_remote_state = raw.delivery_remote_state
+_link_credit = raw.link_credit
+_link_flow = raw.link_flow
+_send_message = raw.send_message
+
+
+class Forwarder:
+    """Message forwarding for one router. ``Router`` (router/core.py) adds the cold paths."""
+
+    # Set by Router: key -> Address, the address parser, counters.
+    addresses: dict
+    parser: object
+
+    def _init_forwarder(self) -> None:
+        self.dropped_presettled = 0
+        self.deliveries_no_route = 0
+        self.rejected_unavailable = 0
+
+    # -- arrival ------------------------------------------------------------------------------------
+    def message_in(self, rl: RouterLink, d, msg: bytes) -> None:
+        """A complete message arrived on incoming link ``rl`` (already advanced past)."""
+        presettled = _delivery_settled(d)
+        if presettled:
+            _delivery_settle(d)
+            ind = InDelivery(None, rl, msg)
+            rl.presettled += 1
+        else:
+            ind = InDelivery(d, rl, msg)
+        rl.delivery_count += 1
+        rl.outstanding += 1
+        if ROUTER_ANNOTATION_MARK in msg:
+            # Router annotations from a normal connection are not trusted (stripAnnotations both).
+            try:
+                ind.msg = strip_router_annotations(msg)
+            except CodecError as exc:
+                self._reject(ind, "amqp:decode-error", f"malformed message annotations: {exc}")
+                return
+        addr = rl.address
+        if addr is None:
+            try:
+                to = message_to(msg)
+            except CodecError as exc:
+                self._reject(ind, "amqp:decode-error", f"malformed message: {exc}")
+                return
+            addr = self.addresses.get(self.parser.key_for_to(to)) if to else None
+            if addr is None:
+                self._no_route(ind, to)
+                return
+        self.forward(ind, addr)
+
+    def forward(self, ind: InDelivery, addr) -> None:
+        rlinks = addr.rlinks
+        if not rlinks:
+            self._no_route(ind, addr.name)
+            return
+        addr.deliveries_ingress += 1
+        dist = addr.distribution
+        if dist == CLOSEST:
+            n = len(rlinks)
+            ol = rlinks[addr.rr % n]
+            addr.rr += 1
+            self._enqueue(ind, ol)
+        elif dist == BALANCED:
+            self._enqueue(ind, self._pick_balanced(addr, rlinks))
+        elif dist == MULTICAST:
+            ind.multicast = True
+            for ol in rlinks:
+                self._enqueue(ind, ol)
+        else:  # unavailable: attaches are refused, so only a reconfigured address gets here
+            self._reject(ind, "amqp:not-found", f"address {addr.name} is unavailable")
+
+    @staticmethod
+    def _pick_balanced(addr, rlinks):
+        """Least undelivered+unsettled among links under capacity; rotate so ties spread (DISPATCH-367)."""
+        n = len(rlinks)
+        start = addr.rr % n
+        addr.rr += 1
+        best = None
+        best_value = None
+        best_eligible = False
+        for i in range(n):
+            ol = rlinks[(start + i) % n]
+            value = len(ol.undelivered) + len(ol.unsettled)
+            if value == 0:
+                return ol
+            eligible = value < ol.capacity
+            if best is None or (eligible and not best_eligible) or (eligible == best_eligible and value < best_value):
+                best, best_value, best_eligible = ol, value, eligible
+        return best
+
+    def _enqueue(self, ind: InDelivery, ol: RouterLink) -> None:
+        ind.copies += 1
+        ind.buffered += 1
+        ol.undelivered.append(ind)
+        self.pump(ol)
+
+    # -- departure -------------------------------------------------------------------------------
+    def pump(self, ol: RouterLink) -> None:
+        """Send queued deliveries on an outgoing link while it has credit."""
+        q = ol.undelivered
+        if not q:
+            return
+        ptr = ol.ptr
+        credit = _link_credit(ptr)
+        if credit <= 0:
+            return
+        unsettled = ol.unsettled
+        presettled_out = ol.presettled_out
+        seq = ol.tag_seq
+        sent = 0
+        while credit > 0 and q:
+            ind = q.popleft()
+            seq += 1
+            od = _send_message(ptr, seq.to_bytes(8, "little"), ind.msg)
+            credit -= 1
+            sent += 1
+            if ind.ptr is None or presettled_out:
+                _delivery_settle(od)
+                ind.copies -= 1
+                if ind.ptr is not None:
+                    # The consumer takes settled deliveries: the copy counts as accepted.
+                    self._copy_done(ind, ACCEPTED, None)
+            else:
+                unsettled[od] = ind
+            ind.buffered -= 1
+            if ind.buffered == 0:
+                self._left_buffer(ind)
+        ol.tag_seq = seq
+        ol.delivery_count += sent
+        ol.address.deliveries_egress += sent
+        ol.engine.wake()
+
+    def _left_buffer(self, ind: InDelivery) -> None:
+        """The last queued copy of a delivery left the router: the producer earns its credit back."""
+        il = ind.link
+        il.outstanding -= 1
+        if ind.ptr is None and ind.copies == 0:
+            ind.msg = None
+        if il.closed:
+            return
+        addr = il.address
+        if addr is not None and not addr.rlinks:
+            il.owed_credit += 1
+            il.withheld = True
+            return
+        owed = il.owed_credit + 1
+        if owed >= il.credit_batch:
+            il.owed_credit = 0
+            il.withheld = False
+            _link_flow(il.ptr, owed)
+            il.engine.wake()
+        else:
+            il.owed_credit = owed
+
+    # -- outcomes ---------------------------------------------------------------------------------
+    def outgoing_update(self, ol: RouterLink, d) -> None:
+        """A disposition arrived for one of our outgoing deliveries."""
+        state = _delivery_remote_state(d)
+        settled = _delivery_settled(d)
+        if not settled and state not in raw.TERMINAL_STATES:
+            return  # received / non-terminal: nothing to pass on
+        ind = ol.unsettled.pop(d, None)
+        if state == 0 or state == raw.RECEIVED:
+            state = ACCEPTED  # settled without an outcome: the spec's default outcome
+        if state == ACCEPTED:
+            ol.accepted += 1
+        elif state == RELEASED:
+            ol.released += 1
+        elif state == REJECTED:
+            ol.rejected += 1
+        else:
+            ol.modified += 1
+        if ind is not None:
+            ind.copies -= 1
+            self._copy_done(ind, state, d)
+        _delivery_settle(d)
+
+    def _copy_done(self, ind: InDelivery, state: int, src) -> None:
+        """One copy reached a terminal state; settle upstream when the last one has."""
+        if ind.multicast:
+            if OUTCOME_PRIORITY.get(state, 0) > OUTCOME_PRIORITY.get(ind.outcome, 0):
+                ind.outcome = state
+            if ind.copies > 0:
+                return
+            state = ind.outcome
+            src = None
+        in_ptr = ind.ptr
+        if in_ptr is None:
+            return
+        ind.ptr = None
+        if ind.buffered == 0:
+            ind.msg = None
+        il = ind.link
+        if il.closed:
+            return
+        if src is not None:
+            raw.copy_outcome(src, in_ptr)
+        elif state == MODIFIED:
+            raw.set_modified(in_ptr, failed=True)
+        else:
+            _delivery_update(in_ptr, state)
+        _delivery_settle(in_ptr)
+        il.engine.wake()
+
+    def _settle_upstream(self, ind: InDelivery, state: int) -> None:
+        """Settle a delivery that went nowhere (no route, rejected here)."""
+        in_ptr = ind.ptr
+        ind.ptr = None
+        if in_ptr is not None and not ind.link.closed:
+            if state == MODIFIED:
+                raw.set_modified(in_ptr, failed=True)
+            else:
+                _delivery_update(in_ptr, state)
+            _delivery_settle(in_ptr)
+            ind.link.engine.wake()
+
+    def _no_route(self, ind: InDelivery, to) -> None:
+        """Fanout 0: released when unsettled, dropped and counted when pre-settled; unavailable rejects."""
+        if to and self._is_unavailable(to):
+            self._reject(ind, "amqp:not-found", f"address {to} is unavailable")
+            return
+        if ind.ptr is None:
+            self.dropped_presettled += 1
+        else:
+            self.deliveries_no_route += 1
+            self._settle_upstream(ind, RELEASED)
+        ind.msg = None
+        self._left_buffer(ind)
+
+    def _reject(self, ind: InDelivery, condition: str, description: str) -> None:
+        in_ptr = ind.ptr
+        ind.ptr = None
+        ind.msg = None
+        if in_ptr is not None and not ind.link.closed:
+            raw.set_rejected(in_ptr, condition, description)
+            _delivery_settle(in_ptr)
+            ind.link.engine.wake()
+        elif in_ptr is None:
+            self.dropped_presettled += 1
+        self._left_buffer(ind)
+
+    def _is_unavailable(self, to: str) -> bool:
+        klass, name = self.parser.parse(to)
+        return klass == "M" and self.address_config.semantics(name).distribution == UNAVAILABLE
+
+    # -- an outgoing link goes away ------------------------------------------------------------------
+    def fail_outgoing(self, ol: RouterLink) -> None:
+        """Return everything queued on or unsettled at a departing consumer to its producers.
+
+        Undelivered copies were never seen by the consumer: released. Copies sent but not settled may
+        have been processed: modified with delivery-failed, so the producer may resend.
+        """
+        q = ol.undelivered
+        ol.undelivered = type(q)()
+        for ind in q:
+            ind.copies -= 1
+            ind.buffered -= 1
+            self._copy_done(ind, RELEASED, None)
+            if ind.buffered == 0:
+                self._left_buffer(ind)
+        unsettled = ol.unsettled
+        ol.unsettled = {}
+        for ind in unsettled.values():
+            ind.copies -= 1
+            self._copy_done(ind, MODIFIED, None)
+
+    def grant_initial_credit(self, il: RouterLink) -> None:
+        """Credit for a new incoming link: capacity now if it can go somewhere, else withheld."""
+        addr = il.address
+        if addr is None or addr.rlinks:
+            _link_flow(il.ptr, il.capacity)
+        else:
+            il.withheld = True
+            il.owed_credit = il.capacity
+
+    def destination_appeared(self, addr) -> None:
+        """The first consumer arrived: give withheld credit to the address's producers."""
+        for il in addr.inlinks:
+            if il.withheld and not il.closed:
+                il.withheld = False
+                owed = il.owed_credit
+                il.owed_credit = 0
+                if owed:
+                    _link_flow(il.ptr, owed)
+                    il.engine.wake()

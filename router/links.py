@@ -1,0 +1,103 @@
+"""The router's records for connections, links and in-flight deliveries.
+
+Kept small (``__slots__``) because an ``InDelivery`` exists for every message in flight: it is the only
+per-message object the router builds.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+
+_link_ids = itertools.count(1)
+
+
+class RouterConnection:
+    """The router's view of one AMQP connection."""
+
+    __slots__ = ("engine", "links", "role", "opened_at", "name")
+
+    def __init__(self, engine, role: str, name: str, opened_at: float):
+        self.engine = engine
+        self.links: dict = {}  # raw link pointer -> RouterLink
+        self.role = role
+        self.name = name
+        self.opened_at = opened_at
+
+
+class RouterLink:
+    """One attached link as the router sees it.
+
+    ``incoming`` links carry messages into the router (the peer is a sender); outgoing links carry them
+    out (the peer is a receiver). ``address`` is None for an anonymous incoming link.
+    """
+
+    __slots__ = (
+        "id", "ptr", "conn", "engine", "incoming", "address", "capacity", "name",
+        # incoming
+        "outstanding", "owed_credit", "credit_batch", "withheld",
+        # outgoing
+        "undelivered", "unsettled", "tag_seq", "presettled_out",
+        # state and counters
+        "closed", "dynamic_address", "delivery_count", "accepted", "rejected", "released",
+        "modified", "presettled", "dropped_presettled",
+    )
+
+    def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str):
+        self.id = next(_link_ids)
+        self.ptr = ptr
+        self.conn = conn
+        self.engine = conn.engine
+        self.incoming = incoming
+        self.address = address
+        self.capacity = capacity
+        self.name = name
+        self.outstanding = 0  # deliveries received on this link still in the router's buffers
+        self.owed_credit = 0  # credit earned back but not yet sent in a flow frame
+        # Replenish credit in batches: fewer flow frames and engine calls; the sender still never drops
+        # below capacity - batch credit while its messages keep moving.
+        self.credit_batch = max(1, capacity // 10)
+        self.withheld = False  # credit held back because the address has no destination
+        self.undelivered: deque = deque()
+        self.unsettled: dict = {}  # outgoing delivery pointer -> InDelivery
+        self.tag_seq = 0
+        self.presettled_out = False  # the receiver asked for settled deliveries
+        self.closed = False
+        self.dynamic_address = None
+        self.delivery_count = 0
+        self.accepted = 0
+        self.rejected = 0
+        self.released = 0
+        self.modified = 0
+        self.presettled = 0
+        self.dropped_presettled = 0
+
+    @property
+    def backlog(self) -> int:
+        """undelivered + unsettled: the measure balanced distribution minimises."""
+        return len(self.undelivered) + len(self.unsettled)
+
+    def __repr__(self) -> str:
+        d = "in" if self.incoming else "out"
+        return f"<RouterLink {self.id} {d} {self.address and self.address.key}>"
+
+
+class InDelivery:
+    """A message received by the router and not yet finished with.
+
+    ``ptr`` is the incoming delivery (None once settled upstream or when it arrived pre-settled).
+    ``copies`` counts outgoing copies still awaiting an outcome; ``buffered`` counts copies still queued
+    in the router (the producer's credit comes back when it reaches 0). ``outcome`` is the merged
+    outcome for multicast (priority rejected > accepted > modified > released).
+    """
+
+    __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast")
+
+    def __init__(self, ptr, link: RouterLink, msg: bytes):
+        self.ptr = ptr
+        self.link = link
+        self.msg = msg
+        self.copies = 0
+        self.buffered = 0
+        self.outcome = 0
+        self.multicast = False

@@ -1,0 +1,64 @@
+"""Logging set-up from ``log`` sections (Dispatch's modules and ``enable: info+`` level syntax) to stderr."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+# Dispatch's levels, lowest first, mapped onto Python's (notice sits between info and warning).
+LEVELS = {
+    "trace": 5,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": 25,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+# Dispatch module names -> the Python logger they govern. DEFAULT covers everything not named.
+MODULES = {
+    "DEFAULT": "",
+    "ROUTER": "router",
+    "ROUTER_CORE": "router.core",
+    "SERVER": "wire",
+    "CONTAINER": "wire.connection",
+    "CONFIG": "router.config",
+    "AGENT": "router.agent",
+}
+DEFAULT_LEVEL = logging.INFO
+
+
+def level_of(enable: str | None) -> int:
+    """``info+`` -> INFO; ``none`` -> above CRITICAL; a list (``info,error``) -> its lowest level."""
+    if not enable:
+        return DEFAULT_LEVEL
+    words = [w.strip().lower() for w in enable.replace(" ", "").split(",") if w.strip()]
+    if "none" in words:
+        return logging.CRITICAL + 10
+    levels = [LEVELS[w.rstrip("+")] for w in words if w.rstrip("+") in LEVELS]
+    return min(levels) if levels else DEFAULT_LEVEL
+
+
+def configure_logging(log_entities) -> None:
+    logging.addLevelName(5, "TRACE")
+    logging.addLevelName(25, "NOTICE")
+    include_ts = True
+    root_level = DEFAULT_LEVEL
+    specific = []
+    for entity in log_entities:
+        module = (entity.get("module") or "DEFAULT").upper()
+        lvl = level_of(entity.get("enable"))
+        if entity.get("includeTimestamp") is False:
+            include_ts = False
+        if module == "DEFAULT":
+            root_level = lvl
+        else:
+            specific.append((MODULES.get(module, module.lower()), lvl))
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if include_ts else "%(levelname)s %(name)s: %(message)s"
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(fmt))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(root_level)
+    for name, lvl in specific:
+        logging.getLogger(name).setLevel(lvl)

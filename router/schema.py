@@ -1,0 +1,446 @@
+"""Declarative attribute tables for the configuration entities.
+
+This module is the single source of truth for every section the config file
+accepts (and that the management agent will accept for CREATE): attribute
+names, types, defaults, enums, ranges and the legacy spellings Dispatch
+accepted.  Names, defaults and enums follow Qpid Dispatch 1.19's management
+schema (``qdrouter.json``); attributes marked ``extension`` are ours.
+
+Nothing here parses files: :mod:`router.config` does that and reports errors
+with file and line.  :meth:`Attr.convert` raises :class:`ValueError` with a
+message that names the attribute, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+#: Status of an attribute or section in this release.
+ACTIVE = "active"        # parsed and acted on
+PENDING = "pending"      # parsed and stored; takes effect in a later release
+INERT = "inert"          # parsed and stored; has no effect in this implementation
+DEPRECATED = "deprecated"  # deprecated in Dispatch; parsed, stored and ignored
+
+SCHEMA_PREFIX = "org.apache.qpid.dispatch."
+
+DISTRIBUTIONS = ("multicast", "closest", "balanced", "unavailable")
+ROUTER_MODES = ("standalone", "interior", "edge")
+CONNECTION_ROLES = ("normal", "inter-router", "route-container", "edge")
+STRIP_ANNOTATIONS = ("in", "out", "both", "no")
+DIRECTIONS = ("in", "out")
+ADDRESS_FAMILIES = ("IPv4", "IPv6")
+LOG_LEVELS = ("trace", "debug", "info", "notice", "warning", "error", "critical")
+LOG_MODULES = (
+    "ROUTER", "ROUTER_CORE", "ROUTER_HELLO", "ROUTER_LS", "ROUTER_MA", "MESSAGE",
+    "SERVER", "AGENT", "AUTHSERVICE", "CONTAINER", "ERROR", "POLICY", "HTTP",
+    "CONN_MGR", "PYTHON", "PROTOCOL", "TCP_ADAPTOR", "HTTP_ADAPTOR",
+    "CONFIG",  # extension: tdrouterd's configuration loader
+    "DEFAULT",
+)
+#: symbolic port names understood by ``port``
+PORT_NAMES = {"amqp": "5672", "amqps": "5671"}
+#: openProperties keys the router owns (Dispatch reserves the same ones)
+RESERVED_OPEN_PROPERTIES = frozenset(
+    {"product", "version", "failover-server-list", "network-host", "port", "scheme", "hostname"}
+)
+
+_TRUE = {"yes", "true", "1", "on"}
+_FALSE = {"no", "false", "0", "off"}
+
+
+def camel_case(name: str) -> str:
+    """``idle-timeout-seconds`` -> ``idleTimeoutSeconds`` (Dispatch's dashed spelling)."""
+    if "-" not in name:
+        return name
+    head, *rest = [p for p in name.split("-") if p]
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _fmt(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of a configuration entity."""
+
+    name: str
+    type: str                 # string|path|integer|float|boolean|enum|port|properties|logEnable
+    default: Any = None
+    required: bool = False
+    enum: tuple[str, ...] = ()
+    min: float | None = None
+    max: float | None = None
+    legacy: tuple[str, ...] = ()   # deprecated / old spellings that map here
+    status: str = ACTIVE
+    extension: bool = False        # not in Dispatch: a tdrouterd extension
+    doc: str = ""
+
+    # -- conversion ----------------------------------------------------
+
+    def convert(self, value: Any) -> Any:
+        """Return *value* converted to this attribute's type, or raise ValueError."""
+        conv = getattr(self, "_to_" + self.type.lower())
+        return conv(value)
+
+    def _to_string(self, value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"{self.name} {_fmt(value)} is not a string")
+        return str(value)
+
+    _to_path = _to_string
+
+    def _to_integer(self, value: Any) -> int:
+        if isinstance(value, bool):
+            raise ValueError(f"{self.name} {value} is not an integer")
+        if isinstance(value, int):
+            n = value
+        elif isinstance(value, float) and value.is_integer():
+            n = int(value)
+        else:
+            text = str(value).strip()
+            try:
+                n = int(text, 10)
+            except ValueError:
+                raise ValueError(f"{self.name} {_fmt(value)} is not an integer") from None
+        return self._check_range(n)
+
+    def _to_float(self, value: Any) -> float:
+        if isinstance(value, bool):
+            raise ValueError(f"{self.name} {value} is not a number")
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.name} {_fmt(value)} is not a number") from None
+        if not math.isfinite(x):
+            raise ValueError(f"{self.name} {_fmt(value)} is not a finite number")
+        return self._check_range(x)
+
+    def _check_range(self, n):
+        if self.min is not None and n < self.min:
+            raise ValueError(f"{self.name} {n} is below the minimum {self.min}")
+        if self.max is not None and n > self.max:
+            raise ValueError(f"{self.name} {n} is above the maximum {self.max}")
+        return n
+
+    def _to_boolean(self, value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ValueError(f"{self.name} {_fmt(value)} is not a boolean (yes, no, true, false, 1, 0)")
+
+    def _to_enum(self, value: Any) -> str:
+        text = str(value).strip() if isinstance(value, str) else value
+        if text in self.enum:
+            return text
+        if isinstance(text, str):
+            for tag in self.enum:   # forgiving about case: 'Closest', 'default'
+                if tag.lower() == text.lower():
+                    return tag
+        raise ValueError(f"{self.name} {_fmt(value)} is not one of {', '.join(self.enum)}")
+
+    def _to_port(self, value: Any) -> str:
+        if isinstance(value, bool):
+            raise ValueError(f"{self.name} {value} is not a port")
+        text = str(value).strip()
+        text = PORT_NAMES.get(text.lower(), text)
+        if text.isascii() and text.isdigit() and 0 <= int(text) <= 65535:
+            return str(int(text))
+        raise ValueError(
+            f"{self.name} {_fmt(value)} is not a port number (0..65535), 'amqp' or 'amqps'"
+        )
+
+    def _to_properties(self, value: Any) -> dict:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as e:
+                raise ValueError(f"{self.name} is not valid JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{self.name} must be a JSON map")
+        for key in value:
+            if not isinstance(key, str) or not key.isascii():
+                raise ValueError(f"{self.name} key {_fmt(key)} must be an ASCII string")
+            if key.startswith(("qd.", "x-opt-qd.")):
+                raise ValueError(f"{self.name} key {key!r} uses a reserved prefix ('qd.', 'x-opt-qd.')")
+            if key in RESERVED_OPEN_PROPERTIES:
+                raise ValueError(f"{self.name} key {key!r} is reserved for the router")
+        return dict(value)
+
+    def _to_logenable(self, value: Any) -> str:
+        text = str(value).strip()
+        parts = [p.strip().lower() for p in text.split(",")]
+        if parts == ["none"]:
+            return "none"
+        for p in parts:
+            if p.rstrip("+") not in LOG_LEVELS or p.count("+") > 1:
+                raise ValueError(
+                    f"{self.name} {_fmt(value)} is not 'none' or a comma list of levels "
+                    f"({', '.join(LOG_LEVELS)}), each optionally followed by '+'"
+                )
+        return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class EntityType:
+    """One section / management entity type."""
+
+    name: str                      # canonical section name, e.g. "linkRoute"
+    long_name: str                 # management type, e.g. "org.apache.qpid.dispatch.router.config.linkRoute"
+    attrs: dict[str, Attr]
+    singleton: bool = False
+    status: str = ACTIVE
+    doc: str = ""
+    aliases: dict[str, str] = field(default_factory=dict)   # legacy/dashed name -> canonical
+
+    def resolve(self, key: str) -> str | None:
+        """Canonical attribute name for *key* (camelCase, dashed or legacy), or None."""
+        if key in self.attrs:
+            return key
+        key = camel_case(key)
+        if key in self.attrs:
+            return key
+        return self.aliases.get(key)
+
+    def known_names(self) -> list[str]:
+        return list(self.attrs) + list(self.aliases)
+
+    def __iter__(self) -> Iterator[Attr]:
+        return iter(self.attrs.values())
+
+
+def _entity(name: str, long_name: str, attrs: list[Attr], **kw) -> EntityType:
+    table = {a.name: a for a in attrs}
+    aliases = {legacy: a.name for a in attrs for legacy in a.legacy}
+    return EntityType(name, SCHEMA_PREFIX + long_name, table, aliases=aliases, **kw)
+
+
+def _name(doc: str = "Unique name of this entity; generated when absent.") -> Attr:
+    return Attr("name", "string", doc=doc)
+
+
+def _secs(name: str, default: int, legacy: str, doc: str, status: str = ACTIVE) -> Attr:
+    return Attr(name, "integer", default, min=1, legacy=(legacy,), status=status, doc=doc)
+
+
+_ROUTER = _entity("router", "router", [
+    _name("Management name; defaults to the router id."),
+    Attr("id", "string", legacy=("routerId", "containerName"),
+         doc="Router identity, also the AMQP container-id. Default: the mode followed by a "
+             "random discriminator. No whitespace or control characters."),
+    Attr("mode", "enum", "standalone", enum=ROUTER_MODES,
+         doc="standalone: no routing protocol; interior: joins a mesh of interior routers; "
+             "edge: attaches to an interior router."),
+    _secs("helloIntervalSeconds", 1, "helloInterval", "Seconds between HELLOs to neighbours."),
+    _secs("helloMaxAgeSeconds", 3, "helloMaxAge", "Seconds without a HELLO before a neighbour is lost."),
+    _secs("raIntervalSeconds", 30, "raInterval", "Seconds between router advertisements when stable."),
+    _secs("raIntervalFluxSeconds", 4, "raIntervalFlux",
+          "Seconds between router advertisements while the topology changes."),
+    _secs("remoteLsMaxAgeSeconds", 60, "remoteLsMaxAge",
+          "Seconds without an RA before a remote router's link state is dropped."),
+    Attr("defaultDistribution", "enum", "balanced", enum=DISTRIBUTIONS,
+         doc="Distribution for addresses that no address section matches."),
+    Attr("workerThreads", "integer", 4, min=1, status=INERT,
+         doc="Dispatch's thread count. tdrouterd runs one Trio event loop; accepted and ignored."),
+    Attr("debugDumpFile", "path", legacy=("debugDump",), status=INERT, doc="Dispatch debug dump file."),
+    Attr("saslConfigDir", "path", legacy=("saslConfigPath",), status=PENDING,
+         doc="Directory of the Cyrus SASL configuration."),
+    Attr("saslConfigName", "string", "qdrouterd", status=PENDING, doc="SASL configuration name."),
+    Attr("allowResumableLinkRoute", "boolean", True, status=PENDING,
+         doc="Allow link routes for durable or expiring termini."),
+    Attr("timestampsInUTC", "boolean", False, doc="Log timestamps in UTC instead of local time."),
+    Attr("timestampFormat", "string", doc="strftime format for log timestamps."),
+    Attr("metadata", "string", doc="Free text describing this router; not interpreted."),
+    Attr("allowUnsettledMulticast", "boolean", False, status=DEPRECATED,
+         doc="Deprecated in Dispatch; unsettled multicast is always allowed."),
+    Attr("mobileAddrMaxAge", "integer", status=DEPRECATED, doc="Deprecated in Dispatch; ignored."),
+], singleton=True, doc="The router itself. At most one; missing means all defaults.")
+
+
+def _connection_attrs(kind: str) -> list[Attr]:
+    """Attributes listeners and connectors share."""
+    return [
+        _name(f"Unique name; default '{kind}/<host>:<port>'. linkRoute/autoLink 'connection' "
+              "refers to it."),
+        Attr("port", "port", "5672", doc="Port number, or 'amqp' (5672) / 'amqps' (5671)."
+             + (" 0 picks a free port (extension)." if kind == "listener" else "")),
+        Attr("role", "enum", "normal", enum=CONNECTION_ROLES,
+             doc="normal: clients; inter-router: another interior router; route-container: "
+                 "a broker or other container for link routes and auto-links; edge: edge uplink."),
+        Attr("cost", "integer", 1, min=1, doc="inter-router role only: cost of this connection."),
+        Attr("sslProfile", "string", status=PENDING, doc="Name of an sslProfile section."),
+        Attr("saslMechanisms", "string", doc="Space separated SASL mechanisms."),
+        Attr("maxFrameSize", "integer", 16384, min=512, max=2**32 - 1,
+             doc="Largest AMQP frame offered in OPEN."),
+        Attr("maxSessions", "integer", 32768, min=0, max=65535,
+             doc="Channel limit offered in OPEN (0 = default)."),
+        Attr("maxSessionFrames", "integer", min=0,
+             doc="Session incoming window in frames (unset or 0 = unlimited)."),
+        Attr("idleTimeoutSeconds", "integer", 16, min=0,
+             doc="Close the connection when nothing arrives for this long (0 = never)."),
+        Attr("stripAnnotations", "enum", "both", enum=STRIP_ANNOTATIONS,
+             doc="Remove router annotations on ingress, egress, both or neither "
+                 "(forced to 'no' on inter-router and edge connections)."),
+        Attr("linkCapacity", "integer", 250, min=1,
+             doc="Credit window (deliveries in flight) of links on this connection."),
+        Attr("messageLoggingComponents", "string", "none", legacy=("logMessage",), status=PENDING,
+             doc="Message fields to log: 'none', 'all' or a comma list."),
+        Attr("policyVhost", "string", status=PENDING, doc="Policy vhost for this connection."),
+        Attr("openProperties", "properties", doc="JSON map sent as OPEN properties."),
+    ]
+
+
+_LISTENER = _entity("listener", "listener", [
+    Attr("host", "string", "", legacy=("addr",),
+         doc="Address to listen on; empty listens on all local addresses."),
+    *_connection_attrs("listener"),
+    Attr("socketAddressFamily", "enum", enum=ADDRESS_FAMILIES, legacy=("protocolFamily",),
+         doc="Force IPv4 or IPv6; default: from the host."),
+    Attr("authenticatePeer", "boolean", False, doc="Require an authenticated SASL identity."),
+    Attr("saslPlugin", "string", status=PENDING, doc="Name of an authServicePlugin."),
+    Attr("requireEncryption", "boolean", False, status=PENDING, doc="Require an encrypted connection."),
+    Attr("requireSsl", "boolean", False, status=PENDING, doc="Require TLS."),
+    Attr("trustedCertsFile", "path", legacy=("trustedCerts",), status=PENDING,
+         doc="PEM file of CAs accepted for client certificates."),
+    Attr("initialHandshakeTimeoutSeconds", "integer", 0, min=0,
+         doc="Close connections that have not sent OPEN within this time (0 = no limit)."),
+    Attr("multiTenant", "boolean", False, status=PENDING, doc="Prefix addresses with the vhost."),
+    Attr("failoverUrls", "string", legacy=("failoverList",), status=PENDING,
+         doc="Comma separated failover URLs sent to clients in OPEN."),
+    Attr("http", "boolean", False, status=PENDING, doc="Accept HTTP/WebSocket instead of AMQP."),
+    Attr("websockets", "boolean", True, status=PENDING, doc="Allow WebSocket upgrade (http only)."),
+    Attr("healthz", "boolean", True, status=PENDING, doc="Serve /healthz (http only)."),
+    Attr("metrics", "boolean", True, status=PENDING, doc="Serve /metrics (http only)."),
+    Attr("httpRootDir", "path", legacy=("httpRoot",), status=PENDING, doc="Static files (http only)."),
+], doc="Accept incoming AMQP connections.")
+
+_CONNECTOR = _entity("connector", "connector", [
+    Attr("host", "string", "127.0.0.1", legacy=("addr",), doc="Host name or IP literal to connect to."),
+    *_connection_attrs("connector"),
+    Attr("protocolFamily", "enum", enum=ADDRESS_FAMILIES, doc="Force IPv4 or IPv6."),
+    Attr("allowRedirect", "boolean", True, status=PENDING, doc="Follow a peer's redirect."),
+    Attr("verifyHostname", "boolean", True, legacy=("verifyHostName",), status=PENDING,
+         doc="Check the peer certificate's host name (TLS)."),
+    Attr("saslUsername", "string", doc="SASL user name."),
+    Attr("saslPassword", "string", doc="SASL password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
+    Attr("retryDelaySeconds", "float", 1.0, min=0.001, extension=True,
+         doc="Delay before the first reconnect attempt."),
+    Attr("retryMultiplier", "float", 2.0, min=1.0, extension=True,
+         doc="Each further delay is the previous one times this (1.0 = fixed delay)."),
+    Attr("retryMaxDelaySeconds", "float", 60.0, min=0.001, extension=True,
+         doc="Upper bound of the reconnect delay."),
+    Attr("retryMaxAttempts", "integer", 0, min=0, extension=True,
+         doc="Give up after this many failed attempts in a row (0 = never)."),
+], doc="Make an outgoing AMQP connection and keep it up.")
+
+_ADDRESS = _entity("address", "router.config.address", [
+    _name("Unique name; default 'address/<n>' (n counts address sections from 0)."),
+    Attr("prefix", "string", doc="Address prefix (matches the prefix and prefix/...); "
+         "give exactly one of prefix or pattern."),
+    Attr("pattern", "string", doc="Wildcard pattern: tokens split by '.' or '/', '*' one token, "
+         "'#' zero or more."),
+    Attr("distribution", "enum", enum=DISTRIBUTIONS,
+         doc="Treatment; unset means the router's defaultDistribution."),
+    Attr("waypoint", "boolean", False, doc="Route through a waypoint (egress phase 1)."),
+    Attr("ingressPhase", "integer", min=0, max=9, doc="Override the ingress phase."),
+    Attr("egressPhase", "integer", min=0, max=9, doc="Override the egress phase."),
+    Attr("priority", "integer", min=0, max=9, doc="Priority for messages that carry none."),
+    Attr("enableFallback", "boolean", False, legacy=("fallback",),
+         doc="Redirect undeliverable messages to the fallback destination."),
+], doc="Message-routing treatment of an address space.")
+
+_LINK_ROUTE = _entity("linkRoute", "router.config.linkRoute", [
+    _name("Unique name; default 'linkRoute/<n>'."),
+    Attr("prefix", "string", doc="Address prefix; exactly one of prefix or pattern."),
+    Attr("pattern", "string", doc="Wildcard pattern; exactly one of prefix or pattern."),
+    Attr("direction", "enum", required=True, enum=DIRECTIONS, legacy=("dir",),
+         doc="in: client senders; out: client receivers."),
+    Attr("containerId", "string", doc="Route to the container with this container-id."),
+    Attr("connection", "string", doc="Route over the listener/connector with this name."),
+    Attr("distribution", "enum", "linkBalanced", enum=("linkBalanced",),
+         doc="Only linkBalanced."),
+    Attr("addExternalPrefix", "string", doc="Prefix added to the address towards the container."),
+    Attr("delExternalPrefix", "string", doc="Prefix removed from the address towards the container."),
+], status=PENDING, doc="Route link attaches to a container (broker).")
+
+_AUTO_LINK = _entity("autoLink", "router.config.autoLink", [
+    _name("Unique name; default 'autoLink/<n>'."),
+    Attr("address", "string", required=True, legacy=("addr",), doc="Router-side address."),
+    Attr("direction", "enum", required=True, enum=DIRECTIONS, legacy=("dir",),
+         doc="in: container to router; out: router to container."),
+    Attr("phase", "integer", min=0, max=9,
+         doc="Address phase; default 0 for out, 1 for in, 0 for a fallback link."),
+    Attr("containerId", "string", doc="Attach on the connection from this container-id."),
+    Attr("connection", "string", doc="Attach on the listener/connector with this name."),
+    Attr("externalAddress", "string", legacy=("externalAddr",),
+         doc="Address on the remote container when it differs."),
+    Attr("fallback", "boolean", False, doc="This link serves the address's fallback destination."),
+], status=PENDING, doc="A link the router keeps attached to a container (broker queue).")
+
+_LOG = _entity("log", "log", [
+    _name("Default 'log/<module>'."),
+    Attr("module", "enum", required=True, enum=LOG_MODULES, doc="Module; DEFAULT sets all modules."),
+    Attr("enable", "logEnable", doc="'none' or levels like 'info+' or 'trace,warning+'; "
+         "unset inherits DEFAULT."),
+    Attr("includeTimestamp", "boolean", legacy=("timestamp",), doc="Prefix lines with a timestamp."),
+    Attr("includeSource", "boolean", legacy=("source",), doc="Add the source file and line."),
+    Attr("outputFile", "string", legacy=("output",), doc="'stderr', 'stdout', 'syslog' or a file."),
+], doc="Logging of one module.")
+
+_SSL_PROFILE = _entity("sslProfile", "sslProfile", [
+    Attr("name", "string", required=True, doc="Name that listeners/connectors refer to."),
+    Attr("caCertFile", "path", legacy=("certDb",), doc="PEM file of trusted CAs."),
+    Attr("certFile", "path", doc="PEM certificate of this end."),
+    Attr("privateKeyFile", "path", legacy=("keyFile",), doc="PEM private key."),
+    Attr("password", "string", doc="Key password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
+    Attr("passwordFile", "path", status=DEPRECATED, doc="Deprecated in Dispatch; use 'password: file:'."),
+    Attr("ciphers", "string", doc="OpenSSL cipher list."),
+    Attr("protocols", "string", doc="Space separated TLS versions."),
+    Attr("uidFormat", "string", doc="Certificate fields that make the user id."),
+    Attr("uidNameMappingFile", "string", legacy=("displayNameFile",), doc="uid to display-name map."),
+], status=PENDING, doc="TLS settings shared by listeners and connectors.")
+
+#: canonical section name -> entity type, in the order sections are documented
+ENTITY_TYPES: dict[str, EntityType] = {
+    e.name: e for e in (_ROUTER, _LISTENER, _CONNECTOR, _ADDRESS, _LINK_ROUTE, _AUTO_LINK,
+                        _LOG, _SSL_PROFILE)
+}
+
+#: other spellings of section / entity type names -> canonical name
+TYPE_ALIASES: dict[str, str] = {
+    "container": "router",   # Dispatch's deprecated 'container' entity, merged into 'router'
+    "router.config.address": "address",
+    "router.config.linkRoute": "linkRoute",
+    "router.config.autoLink": "autoLink",
+    **{e.long_name: e.name for e in ENTITY_TYPES.values()},
+    SCHEMA_PREFIX + "container": "router",
+}
+
+#: Dispatch sections that tdrouterd does not implement (named in the error message)
+UNSUPPORTED_SECTIONS = (
+    "policy", "vhost", "authServicePlugin", "exchange", "binding", "tcpListener",
+    "tcpConnector", "httpListener", "httpConnector", "console", "fixedAddress",
+    "waypoint", "linkRoutePattern",
+)
+
+#: attributes whose value may be a multi-line JSON block in the config file
+JSON_ATTRIBUTES = frozenset(a.name for e in ENTITY_TYPES.values() for a in e if a.type == "properties")
+
+
+def entity_type(name: str) -> EntityType | None:
+    """The EntityType for a section or management type name (any accepted spelling)."""
+    if name in ENTITY_TYPES:
+        return ENTITY_TYPES[name]
+    canon = TYPE_ALIASES.get(name)
+    if canon is None:
+        canon = TYPE_ALIASES.get(camel_case(name), camel_case(name))
+    return ENTITY_TYPES.get(canon)

@@ -1,0 +1,315 @@
+"""One AMQP connection's engine, sans-IO: bytes in, events to a handler, bytes out.
+
+``EngineConnection`` owns a proton Connection, Transport and Collector. The Trio layer
+(:mod:`wire.driver`) feeds it received bytes and writes out what it produces; everything in between is
+plain method calls, so routing logic can be tested without sockets.
+
+Events are drained from the collector with raw engine calls; the two that happen per message
+(``PN_DELIVERY`` and ``PN_LINK_FLOW``) go straight to the handler with raw pointers, the rest (open,
+attach, detach, close) are handled here with the object API and reported to the handler as cold calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+
+import proton
+from proton import Transport
+
+from wire import raw
+
+log = logging.getLogger("wire.connection")
+
+# AMQP 1.0's default max-frame-size is unbounded; Dispatch listens with 16 KiB frames by default.
+DEFAULT_MAX_FRAME_SIZE = 16384
+# Dispatch's default idle timeout for listeners and connectors.
+DEFAULT_IDLE_TIMEOUT_SECONDS = 16
+# channel-max is sessions - 1; Dispatch's maxSessions default.
+DEFAULT_MAX_SESSIONS = 32768
+
+ANONYMOUS_RELAY = proton.symbol("ANONYMOUS-RELAY")
+
+_conn_ids = itertools.count(1)
+
+
+@dataclass
+class ConnectionSettings:
+    """What a listener or connector configures on each of its connections."""
+
+    role: str = "normal"
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS
+    sasl_mechanisms: str = "ANONYMOUS"
+    authenticate_peer: bool = False
+    container_id: str = "trio-dispatch"
+    link_capacity: int = 250  # credit window per incoming link (Dispatch's linkCapacity default)
+    offered_capabilities: tuple = (ANONYMOUS_RELAY,)
+    properties: dict = field(default_factory=dict)
+    name: str = ""  # listener/connector name, for management and logs
+
+
+class ConnectionHandler:
+    """What an application (the router, the broker, a test) implements to receive engine events.
+
+    Hot calls receive raw pointers (see :mod:`wire.raw`); cold calls receive raw pointers too so the
+    application can key its tables by them, and may use :func:`wire.raw.link_object` to inspect termini.
+    """
+
+    def on_delivery(self, conn: "EngineConnection", delivery) -> None:  # hot
+        pass
+
+    def on_link_flow(self, conn: "EngineConnection", link) -> None:  # hot
+        pass
+
+    def on_connection_open(self, conn: "EngineConnection") -> None:
+        pass
+
+    def on_link_open(self, conn: "EngineConnection", link) -> None:
+        """The peer attached a link. Open or close it; an unopened link is closed with an error."""
+
+    def on_link_close(self, conn: "EngineConnection", link, closed: bool) -> None:
+        """The peer detached (closed=False) or closed (closed=True) a link, or its session/connection went."""
+
+    def on_connection_close(self, conn: "EngineConnection") -> None:
+        """Called exactly once when the connection is over (closed by either side or lost)."""
+
+
+class EngineConnection:
+    """A proton engine for one connection, driven by explicit calls (no I/O, no reactor)."""
+
+    def __init__(self, handler: ConnectionHandler, settings: ConnectionSettings, *, server: bool,
+                 remote_host: str = "", virtual_host: str | None = None):
+        self.id = next(_conn_ids)
+        self.handler = handler
+        self.settings = settings
+        self.server = server
+        self.remote_host = remote_host
+        self.app = None  # the application's per-connection state (router: its Connection record)
+        self.connection = proton.Connection()
+        self.transport = Transport(Transport.SERVER if server else Transport.CLIENT)
+        self.collector = proton.Collector()
+        self.connection.collect(self.collector)
+        t = self.transport
+        t.max_frame_size = settings.max_frame_size
+        t.channel_max = max(0, settings.max_sessions - 1)
+        if settings.idle_timeout_seconds:
+            t.idle_timeout = settings.idle_timeout_seconds
+        self._setup_sasl(server)
+        t.bind(self.connection)
+        c = self.connection
+        c.container = settings.container_id
+        if virtual_host is not None:
+            c.hostname = virtual_host
+        if settings.offered_capabilities:
+            c.offered_capabilities = proton.SymbolList(list(settings.offered_capabilities))
+        if settings.properties:
+            c.properties = {proton.symbol(k): v for k, v in settings.properties.items()}
+        self._coll = self.collector._impl
+        self._transport_ptr = t._impl
+        self._closed_reported = False
+        self.remote_closed = False
+        self.output = raw.OutputBuffer()
+        self.wake = _noop  # the driver installs its wake-up function
+        self.error: str | None = None
+        if not server:
+            c.open()
+
+    # -- SASL -----------------------------------------------------------------------------------
+    def _setup_sasl(self, server: bool) -> None:
+        """ANONYMOUS now; PLAIN against a users file is the next mechanism (see wire/sasl.py)."""
+        from wire.sasl import configure_sasl
+
+        configure_sasl(self.transport, self.settings, server=server)
+
+    # -- bytes in/out ---------------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        """Push received bytes into the engine and handle the resulting events."""
+        tp = self._transport_ptr
+        view = data
+        while view:
+            n = raw.transport_push(tp, view)
+            if n < 0:
+                break  # tail closed: the transport already reported the error
+            if n == len(view):
+                break
+            self.process()
+            view = view[n:]
+        self.process()
+
+    def feed_eof(self) -> None:
+        raw.transport_close_tail(self._transport_ptr)
+        self.process()
+
+    def take_output(self):
+        """Pending output as a memoryview (valid until the next call); None once the head is closed."""
+        return self.output.take(self._transport_ptr)
+
+    def tick(self, now: float) -> float | None:
+        """Run idle-timeout processing; return the next deadline (seconds) or None."""
+        deadline_ms = raw.transport_tick(self._transport_ptr, int(now * 1000))
+        self.process()
+        return deadline_ms / 1000.0 if deadline_ms else None
+
+    @property
+    def finished(self) -> bool:
+        return raw.transport_closed(self._transport_ptr)
+
+    def close(self, condition: str | None = None, description: str | None = None) -> None:
+        """Close the connection with an optional AMQP error condition (graceful: a close frame is sent)."""
+        c = self.connection
+        if c.state & proton.Endpoint.LOCAL_CLOSED:
+            return
+        if condition:
+            c.condition = proton.Condition(condition, description)
+        if c.state & proton.Endpoint.LOCAL_UNINIT:
+            c.open()
+        c.close()
+        self.process()
+        self.wake()
+
+    def abort(self) -> None:
+        """Give up on the connection without a close handshake (socket gone)."""
+        raw.transport_close_tail(self._transport_ptr)
+        raw.transport_close_head(self._transport_ptr)
+        self.process()
+        self._report_closed()
+
+    # -- events ---------------------------------------------------------------------------------
+    def process(self) -> None:
+        """Drain the collector: per-message events go straight to the handler, others to _cold()."""
+        coll = self._coll
+        peek = raw.collector_peek
+        pop = raw.collector_pop
+        etype = raw.event_type
+        h = self.handler
+        while True:
+            ev = peek(coll)
+            if not ev:
+                return
+            t = etype(ev)
+            if t == raw.PN_DELIVERY:
+                h.on_delivery(self, raw.event_delivery(ev))
+            elif t == raw.PN_LINK_FLOW:
+                h.on_link_flow(self, raw.event_link(ev))
+            elif t in _COLD_EVENTS:
+                self._cold(t, ev)
+            pop(coll)
+
+    def _cold(self, t: int, ev) -> None:
+        lib = raw.lib
+        if t == raw.PN_CONNECTION_REMOTE_OPEN:
+            c = self.connection
+            if c.state & proton.Endpoint.LOCAL_UNINIT:
+                c.open()
+            self.handler.on_connection_open(self)
+        elif t == raw.PN_SESSION_REMOTE_OPEN:
+            s = raw.event_session(ev)
+            if lib.pn_session_state(s) & raw.LOCAL_UNINIT:
+                lib.pn_session_open(s)
+        elif t == raw.PN_LINK_REMOTE_OPEN:
+            link = raw.event_link(ev)
+            if raw.link_state(link) & raw.LOCAL_UNINIT:
+                self.handler.on_link_open(self, link)
+        elif t in (raw.PN_LINK_REMOTE_CLOSE, raw.PN_LINK_REMOTE_DETACH):
+            link = raw.event_link(ev)
+            self._link_gone(link, closed=(t == raw.PN_LINK_REMOTE_CLOSE))
+        elif t == raw.PN_SESSION_REMOTE_CLOSE:
+            s = raw.event_session(ev)
+            self._session_gone(s)
+            if not lib.pn_session_state(s) & raw.LOCAL_CLOSED:
+                lib.pn_session_close(s)
+        elif t == raw.PN_CONNECTION_REMOTE_CLOSE:
+            self.remote_closed = True
+            cond = self.connection.remote_condition
+            if cond is not None:
+                log.info("connection %d closed by peer: %s %s", self.id, cond.name, cond.description or "")
+            self._report_closed()
+            c = self.connection
+            if not c.state & proton.Endpoint.LOCAL_CLOSED:
+                c.close()
+        elif t == raw.PN_TRANSPORT_ERROR:
+            cond = self.transport.condition
+            if cond is not None:
+                self.error = f"{cond.name}: {cond.description}"
+                log.warning("connection %d (%s): transport error %s", self.id, self.remote_host, self.error)
+        elif t == raw.PN_TRANSPORT_CLOSED:
+            self._report_closed()
+
+    def _link_gone(self, link, closed: bool) -> None:
+        lib = raw.lib
+        if not lib.pn_link_state(link) & raw.LOCAL_CLOSED:
+            self.handler.on_link_close(self, link, closed)
+            if closed:
+                lib.pn_link_close(link)
+            else:
+                lib.pn_link_detach(link)
+
+    def _session_gone(self, session) -> None:
+        """A session end implicitly detaches its links: report each one still open."""
+        lib = raw.lib
+        link = lib.pn_link_head(self.connection._impl, 0)
+        gone = []
+        while link:
+            if lib.pn_link_session(link) == session:
+                gone.append(link)
+            link = lib.pn_link_next(link, 0)
+        for link in gone:
+            self._link_gone(link, closed=True)
+
+    def _report_closed(self) -> None:
+        if not self._closed_reported:
+            self._closed_reported = True
+            self.handler.on_connection_close(self)
+
+    # -- helpers for handlers --------------------------------------------------------------------
+    @property
+    def remote_container(self) -> str | None:
+        return self.connection.remote_container
+
+    def open_link_like_remote(self, link, *, source_address: str | None = None,
+                              dynamic_source: bool = False) -> None:
+        """Accept an attach: mirror the peer's termini (optionally with an assigned source address)."""
+        lo = raw.link_object(link)
+        lo.source.copy(lo.remote_source)
+        lo.target.copy(lo.remote_target)
+        if source_address is not None:
+            lo.source.address = source_address
+        if dynamic_source:
+            lo.source.dynamic = True
+        lo.snd_settle_mode = lo.remote_snd_settle_mode
+        lo.rcv_settle_mode = proton.Link.RCV_FIRST
+        lo.open()
+
+    def refuse_link(self, link, condition: str, description: str) -> None:
+        """Refuse an attach the AMQP way: attach with a null terminus, then detach with an error."""
+        lo = raw.link_object(link)
+        # The terminus that would have named the node stays null; the other one is mirrored.
+        if lo.is_sender:
+            lo.target.copy(lo.remote_target)
+        else:
+            lo.source.copy(lo.remote_source)
+        lo.condition = proton.Condition(condition, description)
+        lo.open()
+        lo.close()
+
+
+def _noop() -> None:
+    pass
+
+
+_COLD_EVENTS = frozenset(
+    (
+        raw.PN_CONNECTION_REMOTE_OPEN,
+        raw.PN_SESSION_REMOTE_OPEN,
+        raw.PN_LINK_REMOTE_OPEN,
+        raw.PN_LINK_REMOTE_CLOSE,
+        raw.PN_LINK_REMOTE_DETACH,
+        raw.PN_SESSION_REMOTE_CLOSE,
+        raw.PN_CONNECTION_REMOTE_CLOSE,
+        raw.PN_TRANSPORT_ERROR,
+        raw.PN_TRANSPORT_CLOSED,
+    )
+)

@@ -1,0 +1,235 @@
+"""The per-delivery engine layer: proton's C calls reached through its cffi module.
+
+Why this module exists: proton's Python object API builds about thirteen wrapper objects for every
+delivery (Event, Delivery, Link, records...) and costs ~60 µs of CPU per forwarded message on this machine
+kind; the same work through the raw ``pn_*`` calls costs ~7.5 µs
+(``shared/reference/performance-notes.md``). Everything that runs once per message goes through the
+functions here; cold paths (open, attach, detach, close) may use the object API.
+
+Written against python-qpid-proton 0.40.0 (pinned in pyproject.toml): an upgrade touches only this file,
+and ``tests/unit/test_raw.py`` exercises every function defined here against a real engine pair.
+
+Pointers handed around are cffi ``cdata`` values; they hash and compare by address, so they can key
+dicts directly. A pointer must be dropped from every dict before the object it points to is freed
+(deliveries are freed by proton once settled on both sides; links when freed after close).
+"""
+
+from __future__ import annotations
+
+import proton
+from cproton_ffi import ffi, lib
+
+PROTON_VERSION = "0.40.0"
+
+NULL = ffi.NULL
+
+# Event types used by the connection driver.
+PN_CONNECTION_REMOTE_OPEN = lib.PN_CONNECTION_REMOTE_OPEN
+PN_CONNECTION_REMOTE_CLOSE = lib.PN_CONNECTION_REMOTE_CLOSE
+PN_SESSION_REMOTE_OPEN = lib.PN_SESSION_REMOTE_OPEN
+PN_SESSION_REMOTE_CLOSE = lib.PN_SESSION_REMOTE_CLOSE
+PN_LINK_REMOTE_OPEN = lib.PN_LINK_REMOTE_OPEN
+PN_LINK_REMOTE_CLOSE = lib.PN_LINK_REMOTE_CLOSE
+PN_LINK_REMOTE_DETACH = lib.PN_LINK_REMOTE_DETACH
+PN_LINK_FLOW = lib.PN_LINK_FLOW
+PN_DELIVERY = lib.PN_DELIVERY
+PN_TRANSPORT_ERROR = lib.PN_TRANSPORT_ERROR
+PN_TRANSPORT_CLOSED = lib.PN_TRANSPORT_CLOSED
+
+# Delivery states (outcomes).
+RECEIVED = lib.PN_RECEIVED
+ACCEPTED = lib.PN_ACCEPTED
+REJECTED = lib.PN_REJECTED
+RELEASED = lib.PN_RELEASED
+MODIFIED = lib.PN_MODIFIED
+TERMINAL_STATES = frozenset((ACCEPTED, REJECTED, RELEASED, MODIFIED))
+
+EOS = lib.PN_EOS
+
+# Endpoint state bits.
+LOCAL_UNINIT = lib.PN_LOCAL_UNINIT
+LOCAL_ACTIVE = lib.PN_LOCAL_ACTIVE
+LOCAL_CLOSED = lib.PN_LOCAL_CLOSED
+REMOTE_ACTIVE = lib.PN_REMOTE_ACTIVE
+REMOTE_CLOSED = lib.PN_REMOTE_CLOSED
+
+# Bound names: a module-global lookup is cheaper than lib.attribute on every call.
+collector_peek = lib.pn_collector_peek
+collector_pop = lib.pn_collector_pop
+event_type = lib.pn_event_type
+event_delivery = lib.pn_event_delivery
+event_link = lib.pn_event_link
+event_session = lib.pn_event_session
+delivery_link = lib.pn_delivery_link
+delivery_readable = lib.pn_delivery_readable
+delivery_partial = lib.pn_delivery_partial
+delivery_pending = lib.pn_delivery_pending
+delivery_aborted = lib.pn_delivery_aborted
+delivery_settled = lib.pn_delivery_settled  # remote settled
+delivery_remote_state = lib.pn_delivery_remote_state
+delivery_local_state = lib.pn_delivery_local_state
+delivery_update = lib.pn_delivery_update
+delivery_settle = lib.pn_delivery_settle
+link_current = lib.pn_link_current
+link_advance = lib.pn_link_advance
+link_credit = lib.pn_link_credit
+link_flow = lib.pn_link_flow
+link_is_sender = lib.pn_link_is_sender
+link_queued = lib.pn_link_queued
+link_get_drain = lib.pn_link_get_drain
+link_drained = lib.pn_link_drained
+link_state = lib.pn_link_state
+link_session = lib.pn_link_session
+session_connection = lib.pn_session_connection
+_pn_delivery = lib.pn_delivery
+_pn_link_recv = lib.pn_link_recv
+_pn_link_send = lib.pn_link_send
+_from_buffer = ffi.from_buffer
+_buffer = ffi.buffer
+
+# One read buffer for the whole process: the router runs on one thread and copies out of it at once.
+RECV_CHUNK = 64 * 1024
+_recv_buf = bytearray(RECV_CHUNK)
+_recv_ptr = _from_buffer(_recv_buf)
+_recv_view = _buffer(_recv_ptr, RECV_CHUNK)  # slicing a cffi buffer yields bytes in one copy
+
+
+def recv_all(link) -> bytes:
+    """Read every byte currently available for the link's current delivery.
+
+    Returns b"" when nothing is pending. Messages larger than RECV_CHUNK are read in several chunks.
+    """
+    n = _pn_link_recv(link, _recv_ptr, RECV_CHUNK)
+    if n <= 0:
+        return b""
+    if n < RECV_CHUNK:
+        return _recv_view[0:n]
+    parts = [_recv_view[0:n]]
+    while True:
+        n = _pn_link_recv(link, _recv_ptr, RECV_CHUNK)
+        if n <= 0:
+            break
+        parts.append(_recv_view[0:n])
+    return b"".join(parts)
+
+
+def send_message(link, tag: bytes, payload: bytes):
+    """Create a delivery on a sender link, write the whole message and advance. Returns the delivery."""
+    d = _pn_delivery(link, (len(tag), _from_buffer(tag)))
+    _pn_link_send(link, payload, len(payload))
+    link_advance(link)
+    return d
+
+
+def copy_outcome(src, dst) -> int:
+    """Copy the remote outcome of delivery ``src`` (with its details) to the local state of ``dst``.
+
+    Details carried: the error condition of rejected, the delivery-failed / undeliverable-here flags and
+    message annotations of modified. Returns the outcome type. Cold-ish: runs once per settled delivery,
+    but only rejected and modified need more than one call.
+    """
+    state = delivery_remote_state(src)
+    if state == REJECTED:
+        lib.pn_condition_copy(
+            lib.pn_disposition_condition(lib.pn_delivery_local(dst)),
+            lib.pn_disposition_condition(lib.pn_delivery_remote(src)),
+        )
+    elif state == MODIFIED:
+        remote = lib.pn_delivery_remote(src)
+        local = lib.pn_delivery_local(dst)
+        lib.pn_disposition_set_failed(local, lib.pn_disposition_is_failed(remote))
+        lib.pn_disposition_set_undeliverable(local, lib.pn_disposition_is_undeliverable(remote))
+        lib.pn_data_copy(lib.pn_disposition_annotations(local), lib.pn_disposition_annotations(remote))
+    delivery_update(dst, state)
+    return state
+
+
+def set_modified(delivery, failed: bool = True, undeliverable: bool = False) -> None:
+    """Set a local modified outcome (delivery-failed, undeliverable-here) on a delivery."""
+    local = lib.pn_delivery_local(delivery)
+    lib.pn_disposition_set_failed(local, failed)
+    lib.pn_disposition_set_undeliverable(local, undeliverable)
+    delivery_update(delivery, MODIFIED)
+
+
+def set_rejected(delivery, condition: str, description: str | None = None) -> None:
+    """Set a local rejected outcome carrying an AMQP error condition."""
+    cond = lib.pn_disposition_condition(lib.pn_delivery_local(delivery))
+    lib.pn_condition_set_name(cond, condition.encode())
+    if description:
+        lib.pn_condition_set_description(cond, description.encode())
+    delivery_update(delivery, REJECTED)
+
+
+def remote_condition(delivery) -> tuple[str | None, str | None]:
+    """Name and description of a remote rejected outcome's error condition (cold path, tests)."""
+    cond = lib.pn_disposition_condition(lib.pn_delivery_remote(delivery))
+    name = lib.pn_condition_get_name(cond)
+    desc = lib.pn_condition_get_description(cond)
+    return (
+        ffi.string(name).decode() if name else None,
+        ffi.string(desc).decode() if desc else None,
+    )
+
+
+def delivery_tag(delivery) -> bytes:
+    t = lib.pn_delivery_tag(delivery)
+    return bytes(_buffer(t.start, t.size))
+
+
+# ---- transport byte movement -------------------------------------------------------------------
+
+_pn_transport_push = lib.pn_transport_push
+_pn_transport_pending = lib.pn_transport_pending
+_pn_transport_peek = lib.pn_transport_peek
+_pn_transport_pop = lib.pn_transport_pop
+transport_tick = lib.pn_transport_tick
+transport_close_tail = lib.pn_transport_close_tail
+transport_close_head = lib.pn_transport_close_head
+transport_closed = lib.pn_transport_closed
+
+
+def transport_push(transport, data: bytes) -> int:
+    """Feed received bytes to the engine. Returns the count taken or a negative error."""
+    return _pn_transport_push(transport, data, len(data))
+
+
+class OutputBuffer:
+    """A per-connection buffer the engine's pending output is copied into before a socket write."""
+
+    __slots__ = ("buf", "ptr", "size")
+
+    def __init__(self, size: int = 256 * 1024):
+        self.size = size
+        self.buf = bytearray(size)
+        self.ptr = _from_buffer(self.buf)
+
+    def take(self, transport) -> memoryview | None:
+        """Copy out and pop everything pending (up to the buffer size). None once the head is closed.
+
+        The returned view is valid until the next call.
+        """
+        pending = _pn_transport_pending(transport)
+        if pending < 0:
+            return None
+        if pending == 0:
+            return memoryview(self.buf)[:0]
+        if pending > self.size:
+            pending = self.size
+        n = _pn_transport_peek(transport, self.ptr, pending)
+        if n < 0:
+            return None
+        _pn_transport_pop(transport, pending)
+        return memoryview(self.buf)[:pending]
+
+
+# ---- cold path: object-API views of raw pointers --------------------------------------------------
+
+
+def link_object(link) -> proton.Link:
+    """The object-API view of a raw link pointer (for attach/detach handling only)."""
+    return proton.Link.wrap(link)
+
+
+def connection_object(conn) -> proton.Connection:
+    return proton.Connection.wrap(conn)
