@@ -262,7 +262,7 @@ def _build(et: schema.EntityType, items: list, path: str, line: int,
             raise ConfigError(path, ln, f"{label}: unknown attribute '{key}'"
                               f"{_suggest(schema.camel_case(key), et.known_names())}")
         if canon in attrs:
-            how = f"'{key}' sets '{canon}', which is" if schema.camel_case(key) != canon else f"'{canon}' is"
+            how = f"'{key}' sets '{canon}', which is" if key != canon else f"'{canon}' is"
             raise ConfigError(path, ln, f"{label}: duplicate attribute: {how} already set at line {lines[canon]}")
         try:
             attrs[canon] = et.attrs[canon].convert(value)

@@ -67,17 +67,17 @@ class Router(Forwarder, ConnectionHandler):
         if rl.incoming:
             if not raw.delivery_readable(d):
                 return  # a state change on a delivery we already took: the outcome is ours to send
-            if raw.delivery_aborted(d):
-                self._partial.pop(d, None)
-                raw.link_advance(lp)
-                raw.delivery_settle(d)
-                return
             if raw.delivery_partial(d):
                 chunk = raw.recv_all(lp)
                 if chunk:
                     self._partial.setdefault(d, []).append(chunk)
+                elif raw.delivery_aborted(d):
+                    self._drop_aborted(lp, d)
                 return
             msg = raw.recv_all(lp)
+            if not msg and raw.delivery_aborted(d):
+                self._drop_aborted(lp, d)
+                return
             if self._partial:
                 chunks = self._partial.pop(d, None)
                 if chunks:
@@ -87,6 +87,12 @@ class Router(Forwarder, ConnectionHandler):
             self.message_in(rl, d, msg)
         else:
             self.outgoing_update(rl, d)
+
+    def _drop_aborted(self, lp, d) -> None:
+        """The sender aborted a (multi-frame) delivery: forget what arrived of it."""
+        self._partial.pop(d, None)
+        raw.link_advance(lp)
+        raw.delivery_settle(d)
 
     def on_link_flow(self, engine, link) -> None:
         rl = engine.app.links.get(link)

@@ -228,7 +228,7 @@ def _name(doc: str = "Unique name of this entity; generated when absent.") -> At
     return Attr("name", "string", doc=doc)
 
 
-def _secs(name: str, default: int, legacy: str, doc: str, status: str = ACTIVE) -> Attr:
+def _secs(name: str, default: int, legacy: str, doc: str, status: str = PENDING) -> Attr:
     return Attr(name, "integer", default, min=1, legacy=(legacy,), status=status, doc=doc)
 
 
@@ -257,8 +257,8 @@ _ROUTER = _entity("router", "router", [
     Attr("saslConfigName", "string", "qdrouterd", status=PENDING, doc="SASL configuration name."),
     Attr("allowResumableLinkRoute", "boolean", True, status=PENDING,
          doc="Allow link routes for durable or expiring termini."),
-    Attr("timestampsInUTC", "boolean", False, doc="Log timestamps in UTC instead of local time."),
-    Attr("timestampFormat", "string", doc="strftime format for log timestamps."),
+    Attr("timestampsInUTC", "boolean", False, status=PENDING, doc="Log timestamps in UTC instead of local time."),
+    Attr("timestampFormat", "string", status=PENDING, doc="strftime format for log timestamps."),
     Attr("metadata", "string", doc="Free text describing this router; not interpreted."),
     Attr("allowUnsettledMulticast", "boolean", False, status=DEPRECATED,
          doc="Deprecated in Dispatch; unsettled multicast is always allowed."),
@@ -276,18 +276,18 @@ def _connection_attrs(kind: str) -> list[Attr]:
         Attr("role", "enum", "normal", enum=CONNECTION_ROLES,
              doc="normal: clients; inter-router: another interior router; route-container: "
                  "a broker or other container for link routes and auto-links; edge: edge uplink."),
-        Attr("cost", "integer", 1, min=1, doc="inter-router role only: cost of this connection."),
+        Attr("cost", "integer", 1, min=1, status=PENDING, doc="inter-router role only: cost of this connection."),
         Attr("sslProfile", "string", status=PENDING, doc="Name of an sslProfile section."),
         Attr("saslMechanisms", "string", doc="Space separated SASL mechanisms."),
         Attr("maxFrameSize", "integer", 16384, min=512, max=2**32 - 1,
              doc="Largest AMQP frame offered in OPEN."),
         Attr("maxSessions", "integer", 32768, min=0, max=65535,
              doc="Channel limit offered in OPEN (0 = default)."),
-        Attr("maxSessionFrames", "integer", min=0,
+        Attr("maxSessionFrames", "integer", min=0, status=PENDING,
              doc="Session incoming window in frames (unset or 0 = unlimited)."),
         Attr("idleTimeoutSeconds", "integer", 16, min=0,
              doc="Close the connection when nothing arrives for this long (0 = never)."),
-        Attr("stripAnnotations", "enum", "both", enum=STRIP_ANNOTATIONS,
+        Attr("stripAnnotations", "enum", "both", enum=STRIP_ANNOTATIONS, status=PENDING,
              doc="Remove router annotations on ingress, egress, both or neither "
                  "(forced to 'no' on inter-router and edge connections)."),
         Attr("linkCapacity", "integer", 250, min=1,
@@ -295,7 +295,7 @@ def _connection_attrs(kind: str) -> list[Attr]:
         Attr("messageLoggingComponents", "string", "none", legacy=("logMessage",), status=PENDING,
              doc="Message fields to log: 'none', 'all' or a comma list."),
         Attr("policyVhost", "string", status=PENDING, doc="Policy vhost for this connection."),
-        Attr("openProperties", "properties", doc="JSON map sent as OPEN properties."),
+        Attr("openProperties", "properties", status=PENDING, doc="JSON map sent as OPEN properties."),
     ]
 
 
@@ -303,7 +303,7 @@ _LISTENER = _entity("listener", "listener", [
     Attr("host", "string", "", legacy=("addr",),
          doc="Address to listen on; empty listens on all local addresses."),
     *_connection_attrs("listener"),
-    Attr("socketAddressFamily", "enum", enum=ADDRESS_FAMILIES, legacy=("protocolFamily",),
+    Attr("socketAddressFamily", "enum", enum=ADDRESS_FAMILIES, legacy=("protocolFamily",), status=PENDING,
          doc="Force IPv4 or IPv6; default: from the host."),
     Attr("authenticatePeer", "boolean", False, doc="Require an authenticated SASL identity."),
     Attr("saslPlugin", "string", status=PENDING, doc="Name of an authServicePlugin."),
@@ -311,7 +311,7 @@ _LISTENER = _entity("listener", "listener", [
     Attr("requireSsl", "boolean", False, status=PENDING, doc="Require TLS."),
     Attr("trustedCertsFile", "path", legacy=("trustedCerts",), status=PENDING,
          doc="PEM file of CAs accepted for client certificates."),
-    Attr("initialHandshakeTimeoutSeconds", "integer", 0, min=0,
+    Attr("initialHandshakeTimeoutSeconds", "integer", 0, min=0, status=PENDING,
          doc="Close connections that have not sent OPEN within this time (0 = no limit)."),
     Attr("multiTenant", "boolean", False, status=PENDING, doc="Prefix addresses with the vhost."),
     Attr("failoverUrls", "string", legacy=("failoverList",), status=PENDING,
@@ -326,12 +326,12 @@ _LISTENER = _entity("listener", "listener", [
 _CONNECTOR = _entity("connector", "connector", [
     Attr("host", "string", "127.0.0.1", legacy=("addr",), doc="Host name or IP literal to connect to."),
     *_connection_attrs("connector"),
-    Attr("protocolFamily", "enum", enum=ADDRESS_FAMILIES, doc="Force IPv4 or IPv6."),
+    Attr("protocolFamily", "enum", enum=ADDRESS_FAMILIES, status=PENDING, doc="Force IPv4 or IPv6."),
     Attr("allowRedirect", "boolean", True, status=PENDING, doc="Follow a peer's redirect."),
     Attr("verifyHostname", "boolean", True, legacy=("verifyHostName",), status=PENDING,
          doc="Check the peer certificate's host name (TLS)."),
-    Attr("saslUsername", "string", doc="SASL user name."),
-    Attr("saslPassword", "string", doc="SASL password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
+    Attr("saslUsername", "string", status=PENDING, doc="SASL user name."),
+    Attr("saslPassword", "string", status=PENDING, doc="SASL password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
     Attr("retryDelaySeconds", "float", 1.0, min=0.001, extension=True,
          doc="Delay before the first reconnect attempt."),
     Attr("retryMultiplier", "float", 2.0, min=1.0, extension=True,
@@ -392,8 +392,8 @@ _LOG = _entity("log", "log", [
     Attr("enable", "logEnable", doc="'none' or levels like 'info+' or 'trace,warning+'; "
          "unset inherits DEFAULT."),
     Attr("includeTimestamp", "boolean", legacy=("timestamp",), doc="Prefix lines with a timestamp."),
-    Attr("includeSource", "boolean", legacy=("source",), doc="Add the source file and line."),
-    Attr("outputFile", "string", legacy=("output",), doc="'stderr', 'stdout', 'syslog' or a file."),
+    Attr("includeSource", "boolean", legacy=("source",), status=PENDING, doc="Add the source file and line."),
+    Attr("outputFile", "string", legacy=("output",), status=PENDING, doc="'stderr', 'stdout', 'syslog' or a file."),
 ], doc="Logging of one module.")
 
 _SSL_PROFILE = _entity("sslProfile", "sslProfile", [

@@ -292,8 +292,8 @@ HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPE
     0x70, 0x71, 0x72, 0x73, 0x74)
 DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x75, 0x76, 0x77, 0x78
 
-# section code -> order rank (body sections share rank 5)
-_RANK = {0x70: 0, 0x71: 1, 0x72: 2, 0x73: 3, 0x74: 4, 0x75: 5, 0x76: 5, 0x77: 5, 0x78: 6}
+# A section's rank is its code - 0x70: header 0, delivery-annotations 1, message-annotations 2,
+# properties 3, application-properties 4, body 5..7 (data, amqp-sequence, amqp-value), footer 8.
 _SYMBOLIC = {
     b"amqp:header:list": 0x70,
     b"amqp:delivery-annotations:map": 0x71,
@@ -305,14 +305,13 @@ _SYMBOLIC = {
     b"amqp:amqp-value:*": 0x77,
     b"amqp:footer:map": 0x78,
 }
-_LIST_CODES = frozenset((0x40, 0x45, 0xC0, 0xD0))
-_MAP_CODES = frozenset((0x40, 0xC1, 0xD1))
-# allowed value constructors for the sections before the body, by rank (null accepted as "empty")
-_ALLOWED = (_LIST_CODES, _MAP_CODES, _MAP_CODES, _LIST_CODES, _MAP_CODES)
+# low bit of the list/map constructors (0xc0/0xd0 list, 0xc1/0xd1 map) expected per rank < 5
+_IS_MAP = (0, 1, 1, 0, 1)
 
 
 def _descriptor(b, pos, n):
-    """Section descriptor at ``pos`` (the 0x00 byte) -> (section code, offset of the value)."""
+    """Section descriptor at ``pos`` (the 0x00 byte) -> (section code, offset of the value). An
+    unknown symbolic or out-of-domain ulong descriptor gives code -1."""
     if b[pos] != 0:
         raise CodecError(f"expected a section (described value) at offset {pos}")
     c = b[pos + 1]
@@ -322,7 +321,7 @@ def _descriptor(b, pos, n):
         if pos + 10 > n:
             raise CodecError("truncated descriptor")
         hi, lo = struct.unpack_from(">II", b, pos + 2)
-        return (lo if hi == 0 else -1), pos + 10
+        return (lo if hi == 0 and lo < 0x100 else -1), pos + 10
     if c == 0xA3:
         e = pos + 3 + b[pos + 2]
         if e > n:
@@ -338,9 +337,28 @@ def _descriptor(b, pos, n):
     raise CodecError(f"unsupported section descriptor constructor 0x{c:02x}")
 
 
+def _section_end(b, vpos, rank, n):
+    """End of the list/map value (or null / list0) of a pre-body section; checks its type."""
+    c = b[vpos]
+    if c >= 0xC0:
+        if c & 0xEE != 0xC0 or (c & 1) != _IS_MAP[rank]:
+            raise CodecError(f"section 0x{rank + 0x70:x} has a value of the wrong type")
+        if c < 0xD0:
+            e = vpos + 2 + b[vpos + 1]
+        else:
+            e = vpos + 5 + _U32(b, vpos + 1)[0]
+    elif c == 0x40 or (c == 0x45 and not _IS_MAP[rank]):
+        e = vpos + 1
+    else:
+        raise CodecError(f"section 0x{rank + 0x70:x} has a value of the wrong type")
+    if e > n:
+        raise CodecError("truncated section")
+    return e
+
+
 def _walk(b, stop):
-    """Walk the sections of rank < ``stop``. Returns (offset, code, value offset) of the first section
-    whose rank is >= stop, or (len, None, len) when the message ends first."""
+    """Walk the sections of rank < ``stop`` (checking order and types). Returns (offset, code, value
+    offset) of the first section whose rank is >= stop, or (len, None, len) when the message ends."""
     n = len(b)
     pos = 0
     last = -1
@@ -350,17 +368,31 @@ def _walk(b, stop):
             vpos = pos + 3
         else:
             code, vpos = _descriptor(b, pos, n)
-        rank = _RANK.get(code)
-        if rank is None:
-            raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
+        rank = code - 0x70
         if rank >= stop:
+            if rank > 8:
+                raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
             return pos, code, vpos
         if rank <= last:
+            if rank < 0:
+                raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
             raise CodecError(f"section 0x{code:x} out of order at offset {pos}")
-        if b[vpos] not in _ALLOWED[rank]:
-            raise CodecError(f"section 0x{code:x} has a value of the wrong type")
         last = rank
-        pos = _skip(b, vpos, n)
+        # inline _section_end
+        c = b[vpos]
+        if c >= 0xC0:
+            if c & 0xEE != 0xC0 or (c & 1) != _IS_MAP[rank]:
+                raise CodecError(f"section 0x{code:x} has a value of the wrong type")
+            if c < 0xD0:
+                pos = vpos + 2 + b[vpos + 1]
+            else:
+                pos = vpos + 5 + _U32(b, vpos + 1)[0]
+        elif c == 0x40 or (c == 0x45 and not _IS_MAP[rank]):
+            pos = vpos + 1
+        else:
+            raise CodecError(f"section 0x{code:x} has a value of the wrong type")
+        if pos > n:
+            raise CodecError("truncated section")
     return n, None, n
 
 
@@ -408,19 +440,19 @@ def scan(msg: bytes) -> Sections:
                 vpos = pos + 3
             else:
                 code, vpos = _descriptor(msg, pos, n)
-            rank = _RANK.get(code)
-            if rank is None:
-                raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
+            rank = code - 0x70
             if rank >= 5:
-                if rank == 5:
+                if rank > 8:
+                    raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
+                if rank < 8:
                     body = pos
                 break
             if rank <= last:
+                if rank < 0:
+                    raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
                 raise CodecError(f"section 0x{code:x} out of order at offset {pos}")
-            if msg[vpos] not in _ALLOWED[rank]:
-                raise CodecError(f"section 0x{code:x} has a value of the wrong type")
             last = rank
-            end = _skip(msg, vpos, n)
+            end = _section_end(msg, vpos, rank, n)
             found[rank] = (pos, end)
             pos = end
         return Sections(found[0], found[1], found[2], found[3], found[4], body)
@@ -656,9 +688,7 @@ def _find_ma(msg):
     pos, code, vpos = _walk(msg, 2)
     if code != 0x72:
         return None
-    if msg[vpos] not in _MAP_CODES:
-        raise CodecError("message-annotations section is not a map")
-    return pos, vpos, _skip(msg, vpos, len(msg))
+    return pos, vpos, _section_end(msg, vpos, 2, len(msg))
 
 
 def _as_str(v, key):
@@ -822,9 +852,7 @@ def set_router_annotations(msg: bytes, *, to_override=None, phase=None, ingress=
     try:
         pos, code, vpos = _walk(msg, 2)
         if code == 0x72:
-            if msg[vpos] not in _MAP_CODES:
-                raise CodecError("message-annotations section is not a map")
-            send = _skip(msg, vpos, len(msg))
+            send = _section_end(msg, vpos, 2, len(msg))
             spans, nuser, router = _ma_split(msg, vpos, send)
             if not router and not nextra:
                 return msg

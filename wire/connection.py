@@ -246,6 +246,9 @@ class EngineConnection:
                 lib.pn_link_close(link)
             else:
                 lib.pn_link_detach(link)
+            # Without this a long-lived connection that churns links would keep every one of them (and
+            # their unsettled deliveries) until it closes. The detach frame is still sent.
+            lib.pn_link_free(link)
 
     def _session_gone(self, session) -> None:
         """A session end implicitly detaches its links: report each one still open."""
