@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from proton import Message
+from proton import Delivery, Message
 from proton.utils import BlockingConnection
 
 from tests.system.harness import run_daemon_expecting_failure
@@ -29,15 +29,21 @@ def test_proton_blocking_send_receive(router):
     try:
         receiver = conn.create_receiver("smoke", credit=COUNT)
         sender = conn.create_sender("smoke")
-        for i in range(COUNT):
-            # BlockingSender.send waits for the outcome and raises unless accepted.
-            sender.send(Message(id=i, body=f"m{i}"))
+        # The router settles end to end: a sender's delivery is settled only
+        # once the consumer settled its copy.  BlockingSender.send() would wait
+        # for that (and deadlock here), so queue the transfers on the link and
+        # let receive() drive the connection.
+        deliveries = [sender.link.send(Message(id=i, body=f"m{i}")) for i in range(COUNT)]
         got = []
         for _ in range(COUNT):
             msg = receiver.receive(timeout=15)
             got.append((msg.id, msg.body))
             receiver.accept()
         assert got == [(i, f"m{i}") for i in range(COUNT)]
+        # The consumer's accepts flow back to the sender.
+        conn.wait(lambda: all(d.settled for d in deliveries), timeout=15,
+                  msg="waiting for the router to settle the sent deliveries")
+        assert [d.remote_state for d in deliveries] == [Delivery.ACCEPTED] * COUNT
     finally:
         conn.close()
 
