@@ -67,10 +67,14 @@ class Router(Forwarder, ConnectionHandler):
         if rl.incoming:
             if not raw.delivery_readable(d):
                 return  # a state change on a delivery we already took: the outcome is ours to send
+            limit = engine.settings.max_message_size
             if raw.delivery_partial(d):
                 chunk = raw.recv_all(lp)
                 if chunk:
-                    self._partial.setdefault(d, []).append(chunk)
+                    chunks = self._partial.setdefault(d, [])
+                    chunks.append(chunk)
+                    if limit and sum(map(len, chunks)) > limit:
+                        self._oversized(engine, rl, d, limit)
                 elif raw.delivery_aborted(d):
                     self._drop_aborted(lp, d)
                 return
@@ -83,10 +87,26 @@ class Router(Forwarder, ConnectionHandler):
                 if chunks:
                     chunks.append(msg)
                     msg = b"".join(chunks)
+            if limit and len(msg) > limit:
+                self._oversized(engine, rl, d, limit)
+                return
             raw.link_advance(lp)
             self.message_in(rl, d, msg)
         else:
             self.outgoing_update(rl, d)
+
+    def _oversized(self, engine, rl: RouterLink, d, limit: int) -> None:
+        """A message over maxMessageSize: reject it and detach its link (AMQP's link error for this)."""
+        self._partial.pop(d, None)
+        condition = "amqp:link:message-size-exceeded"
+        description = f"message larger than the {limit}-byte limit of this connection"
+        raw.set_rejected(d, condition, description)
+        raw.delivery_settle(d)
+        lp = rl.ptr
+        engine.app.links.pop(lp, None)
+        self._unbind(rl)
+        engine.close_link(lp, condition, description)
+        log.warning("connection %d: %s on link %s", engine.id, description, rl.name)
 
     def _drop_aborted(self, lp, d) -> None:
         """The sender aborted a (multi-frame) delivery: forget what arrived of it."""

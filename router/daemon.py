@@ -39,6 +39,7 @@ def _settings(router: Router, entity, *, server: bool):
         sasl_mechanisms=a.get("saslMechanisms") or "ANONYMOUS",
         authenticate_peer=bool(a.get("authenticatePeer")),
         link_capacity=int(a.get("linkCapacity") or 250),
+        max_message_size=int(a.get("maxMessageSize") or 0),
     )
 
 

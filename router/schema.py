@@ -292,6 +292,10 @@ def _connection_attrs(kind: str) -> list[Attr]:
                  "(forced to 'no' on inter-router and edge connections)."),
         Attr("linkCapacity", "integer", 250, min=1,
              doc="Credit window (deliveries in flight) of links on this connection."),
+        Attr("maxMessageSize", "integer", 0, min=0, extension=True,
+             doc="Largest message (bytes) accepted from this connection's senders; 0 = no limit. "
+                 "It is sent as the links' max-message-size; a larger message is rejected with "
+                 "amqp:link:message-size-exceeded and its link detached with that condition."),
         Attr("messageLoggingComponents", "string", "none", legacy=("logMessage",), status=PENDING,
              doc="Message fields to log: 'none', 'all' or a comma list."),
         Attr("policyVhost", "string", status=PENDING, doc="Policy vhost for this connection."),

@@ -46,6 +46,7 @@ class ConnectionSettings:
     authenticate_peer: bool = False
     container_id: str = "trio-dispatch"
     link_capacity: int = 250  # credit window per incoming link (Dispatch's linkCapacity default)
+    max_message_size: int = 0  # bytes; 0 = no limit
     offered_capabilities: tuple = (ANONYMOUS_RELAY,)
     properties: dict = field(default_factory=dict)
     name: str = ""  # listener/connector name, for management and logs
@@ -238,7 +239,13 @@ class EngineConnection:
         elif t == raw.PN_TRANSPORT_CLOSED:
             self._report_closed()
 
-    def _link_gone(self, link, closed: bool) -> None:
+    def _link_gone(self, link, closed: bool, *, free: bool = True) -> None:
+        """The peer detached a link (or its session ended): tell the handler once, close our end.
+
+        The link is freed after its detach so that a long-lived connection that churns links does not
+        keep them all (proton still sends our detach). Links of an ended session are not freed here:
+        they go with the connection, and freeing twice must never happen.
+        """
         lib = raw.lib
         if not lib.pn_link_state(link) & raw.LOCAL_CLOSED:
             self.handler.on_link_close(self, link, closed)
@@ -246,8 +253,7 @@ class EngineConnection:
                 lib.pn_link_close(link)
             else:
                 lib.pn_link_detach(link)
-            # Without this a long-lived connection that churns links would keep every one of them (and
-            # their unsettled deliveries) until it closes. The detach frame is still sent.
+        if free:
             lib.pn_link_free(link)
 
     def _session_gone(self, session) -> None:
@@ -260,7 +266,7 @@ class EngineConnection:
                 gone.append(link)
             link = lib.pn_link_next(link, 0)
         for link in gone:
-            self._link_gone(link, closed=True)
+            self._link_gone(link, closed=True, free=False)
 
     def _report_closed(self) -> None:
         if not self._closed_reported:
@@ -284,7 +290,16 @@ class EngineConnection:
             lo.source.dynamic = True
         lo.snd_settle_mode = lo.remote_snd_settle_mode
         lo.rcv_settle_mode = proton.Link.RCV_FIRST
+        if self.settings.max_message_size and lo.is_receiver:
+            lo.max_message_size = self.settings.max_message_size
         lo.open()
+
+    def close_link(self, link, condition: str, description: str) -> None:
+        """Detach (close) an open link with an error condition."""
+        lo = raw.link_object(link)
+        lo.condition = proton.Condition(condition, description)
+        lo.close()
+        self.wake()
 
     def refuse_link(self, link, condition: str, description: str) -> None:
         """Refuse an attach the AMQP way: attach with a null terminus, then detach with an error."""
