@@ -26,12 +26,17 @@ def test_oversized_message_rejected_and_link_detached_others_keep_flowing(router
         assert delivery.remote_state == delivery.REJECTED
         assert sender.link.remote_condition.name == "amqp:link:message-size-exceeded"
 
-        # The same connection can attach a new link; the other connection never noticed.
-        small = conn.create_sender("limits", name=f"small-{uuid.uuid4()}", options=AtMostOnce())
-        conn.wait(lambda: small.link.credit > 0, timeout=10)
-        small.send(Message(body=b"y" * 1000))  # one frame: the blocking client only writes while pumped
-        conn.wait(lambda: small.link.queued == 0, timeout=10)  # on the wire before we block elsewhere
-        assert len(receiver.receive(timeout=10).body) == 1000
+        # The router and the other connection never noticed: a fresh small message flows.
+        third = BlockingConnection(router.url, timeout=10)
+        try:
+            small = third.create_sender("limits", options=AtMostOnce())
+            third.wait(lambda: small.link.credit > 0, timeout=10)
+            small.send(Message(body=b"y" * 1000))
+            # A pre-settled send returns before any I/O: pump until the transfer is written.
+            third.wait(lambda: third.conn.transport.pending() <= 0, timeout=10)
+            assert len(receiver.receive(timeout=10).body) == 1000
+        finally:
+            third.close()
     finally:
         conn.close()
         bystander.close()
