@@ -16,7 +16,8 @@ every copy reached a terminal outcome, with the merged outcome.
 from __future__ import annotations
 
 from wire import raw
-from wire.codec import CodecError, message_to, strip_router_annotations
+from wire.annotations import strip_router_annotations
+from wire.codec import CodecError, message_to
 from router.addresses import BALANCED, CLOSEST, MULTICAST, UNAVAILABLE
 from router.links import InDelivery, RouterLink
 
@@ -98,9 +99,17 @@ class Forwarder:
         elif dist == BALANCED:
             self._enqueue(ind, self._pick_balanced(addr, rlinks))
         elif dist == MULTICAST:
+            # Count every copy before sending any: credit and the message bytes must only be released
+            # when the last copy has left, not after the first.
             ind.multicast = True
-            for ol in rlinks:
-                self._enqueue(ind, ol)
+            n = len(rlinks)
+            ind.copies += n
+            ind.buffered += n
+            targets = list(rlinks)
+            for ol in targets:
+                ol.undelivered.append(ind)
+            for ol in targets:
+                self.pump(ol)
         else:  # unavailable: attaches are refused, so only a reconfigured address gets here
             self._reject(ind, "amqp:not-found", f"address {addr.name} is unavailable")
 

@@ -1,12 +1,13 @@
-"""AMQP 1.0 message codec for the router's hot path, plus a small general value codec.
+"""AMQP 1.0 message codec for the router's hot path: section boundaries, ``properties.to``, the body, and a
+message builder.
 
 The router treats a message as the raw bytes of its sections (AMQP 1.0 §3.2) and parses only what it needs:
 
 * :func:`scan` walks the section boundaries (it never looks inside the body);
 * :func:`message_to` finds ``properties.to`` without touching anything after the properties section;
-* :func:`read_router_annotations`, :func:`strip_router_annotations` and :func:`set_router_annotations`
-  read and edit only the router's own keys (symbols starting ``x-opt-qd.``) in the message-annotations
-  map. Every other byte of the message is copied unchanged.
+* :func:`properties_fields` decodes the first fields of the properties section;
+* :func:`message_body_bytes` returns the payload of a single data section;
+* :func:`encode_message` builds a message (lean clients, tests).
 
 Section layout (§3.2): ``header? delivery-annotations? message-annotations? properties?
 application-properties? body footer?`` where body is ``data+ | amqp-sequence+ | amqp-value``. Each section
@@ -16,43 +17,35 @@ out of order, repeated, or unknown is malformed.
 
 Anything malformed (truncated, invalid constructor, sizes that disagree, bad UTF-8, sections out of order)
 raises :class:`CodecError`, never ``IndexError``/``struct.error``, so one broken client message becomes a
-clean rejection.
+clean rejection. Each function walks only as far as it needs: :func:`message_to` and
+:func:`properties_fields` stop at the properties section, :func:`scan` at the first body section (and the
+router-annotation functions at the message-annotations section); damage further on is not their concern.
+Messages are ``bytes`` (``bytearray`` works too).
 
-The general codec (:func:`encode_value` / :func:`decode_value`, §1.6 types) maps AMQP types to Python:
+Per-call cost on CPython 3.11 (224-byte message, shared 2-vCPU VM, best of many runs): message_to ~1.4 µs,
+scan ~2.0 µs.
 
-=================  ===========================================================================
-AMQP               Python (decode result; the same types are accepted by encode)
-=================  ===========================================================================
-null               ``None``
-boolean            ``bool``
-ubyte/ushort/uint  :class:`UByte` / :class:`UShort` / :class:`UInt` (``int`` subclasses)
-ulong              :class:`ULong`
-byte/short/int     :class:`Byte` / :class:`Short` / :class:`Int`
-long               plain ``int`` (a plain ``int`` encodes as long; 2**63..2**64-1 as ulong)
-float / double     :class:`Float32` (``float`` subclass) / plain ``float``
-decimal32/64/128   :class:`Decimal32` / :class:`Decimal64` / :class:`Decimal128` (raw ``bytes``)
-char               :class:`Char` (one-character ``str``)
-timestamp          :class:`Timestamp` (``int`` subclass, milliseconds since the Unix epoch)
-uuid               ``uuid.UUID``
-binary             ``bytes`` (``bytearray``/``memoryview`` also encode as binary)
-string             ``str``
-symbol             :class:`Symbol` (``str`` subclass; ASCII only, as §1.6.20 requires)
-list               ``list`` (``tuple`` also encodes as list)
-map                ``dict`` (insertion order = wire order). A list-valued key decodes as a ``tuple``;
-                   a key that cannot be hashed (a map) raises CodecError. Duplicate keys: last wins.
-array              :class:`Array` (a ``list`` subclass carrying the element ``type`` name and an
-                   optional ``descriptor``)
-described          :class:`Described` (``descriptor``, ``value``)
-=================  ===========================================================================
+Related modules, whose public names this module re-exports so that ``from wire.codec import ...`` keeps
+working for all of them:
 
-Encoding always picks the most compact form (uint0/smalluint, smallint, smalllong, str8 vs str32, list0 /
-list8 / list32, map8 / map32, array8 / array32).
+* :mod:`wire.amqptypes` — the general value codec (:func:`encode_value` / :func:`decode_value`, the type
+  wrappers :class:`Symbol`, :class:`UInt`, :class:`Array`, ..., and :class:`CodecError`), with the table of
+  how AMQP types map to Python;
+* :mod:`wire.annotations` — the router's own ``x-opt-qd.*`` message annotations
+  (:func:`read_router_annotations`, :func:`strip_router_annotations`, :func:`set_router_annotations`).
+  It uses this module's section walker, so it is loaded on first use of one of its names here (see
+  :func:`__getattr__` below) rather than imported at the top, which would be a circular import.
 """
 
 from __future__ import annotations
 
 import struct
-import uuid as _uuid
+
+from wire.amqptypes import (  # noqa: F401 - re-exported: wire.codec is the historical home of these names
+    _DECODE_ERRORS, _TYPE_NAMES, _U32, _VAR1, _W, Array, Byte, Char, CodecError, Decimal32, Decimal64,
+    Decimal128, Described, Float32, Int, Short, Symbol, Timestamp, UByte, UInt, ULong, UShort, _compound,
+    _decode, _enc_map, _skip, _vbin, decode_value, encode_value,
+)
 
 __all__ = [
     "CodecError", "Sections", "scan", "message_to", "properties_fields",
@@ -63,225 +56,25 @@ __all__ = [
     "ROUTER_PREFIX",
 ]
 
-
-class CodecError(ValueError):
-    """Malformed AMQP input (truncated, bad constructor, inconsistent sizes, section order wrong)."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Python-side type wrappers
-# --------------------------------------------------------------------------------------------------
-
-class Symbol(str):
-    """AMQP symbol (ASCII)."""
-    __slots__ = ()
-
-    def __repr__(self):
-        return f"Symbol({str.__repr__(self)})"
+# Names that live in wire.annotations and are re-exported from here on first access.
+_ANNOTATION_NAMES = frozenset(("RouterAnnotations", "read_router_annotations", "strip_router_annotations",
+                               "set_router_annotations", "ROUTER_PREFIX"))
 
 
-class _TypedInt(int):
-    __slots__ = ()
-
-    def __repr__(self):
-        return f"{type(self).__name__}({int.__repr__(self)})"
-
-
-class UByte(_TypedInt):
-    __slots__ = ()
-
-
-class UShort(_TypedInt):
-    __slots__ = ()
+def __getattr__(name):
+    """Module attribute fallback (PEP 562): resolve the router-annotation names from wire.annotations.
+    Runs once per name (the value is then stored in this module's globals), so a caller that does
+    ``from wire.codec import strip_router_annotations`` gets the function itself, with no extra call."""
+    if name in _ANNOTATION_NAMES:
+        from wire import annotations
+        value = globals()[name] = getattr(annotations, name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class UInt(_TypedInt):
-    __slots__ = ()
-
-
-class ULong(_TypedInt):
-    __slots__ = ()
-
-
-class Byte(_TypedInt):
-    __slots__ = ()
-
-
-class Short(_TypedInt):
-    __slots__ = ()
-
-
-class Int(_TypedInt):
-    __slots__ = ()
-
-
-class Timestamp(_TypedInt):
-    """AMQP timestamp: signed milliseconds since the Unix epoch."""
-    __slots__ = ()
-
-
-class Float32(float):
-    """AMQP float (IEEE 754 binary32)."""
-    __slots__ = ()
-
-    def __repr__(self):
-        return f"Float32({float.__repr__(self)})"
-
-
-class Char(str):
-    """AMQP char: a single Unicode code point (UTF-32BE on the wire)."""
-    __slots__ = ()
-
-    def __repr__(self):
-        return f"Char({str.__repr__(self)})"
-
-
-class _RawBytes(bytes):
-    __slots__ = ()
-    _width = 0
-
-    def __repr__(self):
-        return f"{type(self).__name__}({bytes.__repr__(self)})"
-
-
-class Decimal32(_RawBytes):
-    """AMQP decimal32, kept as its 4 raw bytes."""
-    __slots__ = ()
-    _width = 4
-
-
-class Decimal64(_RawBytes):
-    """AMQP decimal64, kept as its 8 raw bytes."""
-    __slots__ = ()
-    _width = 8
-
-
-class Decimal128(_RawBytes):
-    """AMQP decimal128, kept as its 16 raw bytes."""
-    __slots__ = ()
-    _width = 16
-
-
-class Described:
-    """A described value: ``descriptor`` (normally a ULong or Symbol) and ``value``."""
-    __slots__ = ("descriptor", "value")
-
-    def __init__(self, descriptor, value):
-        self.descriptor = descriptor
-        self.value = value
-
-    def __eq__(self, other):
-        if not isinstance(other, Described):
-            return NotImplemented
-        return self.descriptor == other.descriptor and self.value == other.value
-
-    def __hash__(self):
-        return hash((Described, self.descriptor, self.value))
-
-    def __repr__(self):
-        return f"Described({self.descriptor!r}, {self.value!r})"
-
-
-_TYPE_NAMES = (
-    "null", "boolean", "ubyte", "ushort", "uint", "ulong", "byte", "short", "int", "long", "float",
-    "double", "decimal32", "decimal64", "decimal128", "char", "timestamp", "uuid", "binary", "string",
-    "symbol", "list", "map", "array",
-)
-
-
-class Array(list):
-    """AMQP array: every element has the AMQP type named by ``type`` (one of the §1.6 type names:
-    ``"int"``, ``"symbol"``, ``"string"``, ``"list"``, ...). ``descriptor`` is not None for an array of
-    described values (the elements are then the undescribed values)."""
-    __slots__ = ("type", "descriptor")
-
-    def __init__(self, type, items=(), descriptor=None):
-        if type not in _TYPE_NAMES:
-            raise ValueError(f"unknown AMQP type name {type!r}")
-        super().__init__(items)
-        self.type = type
-        self.descriptor = descriptor
-
-    def __eq__(self, other):
-        if isinstance(other, Array):
-            return (self.type == other.type and self.descriptor == other.descriptor
-                    and list.__eq__(self, other))
-        return list.__eq__(self, other)
-
-    def __ne__(self, other):
-        r = self.__eq__(other)
-        return r if r is NotImplemented else not r
-
-    __hash__ = None
-
-    def __repr__(self):
-        d = "" if self.descriptor is None else f", descriptor={self.descriptor!r}"
-        return f"Array({self.type!r}, {list.__repr__(self)}{d})"
-
-
-# --------------------------------------------------------------------------------------------------
-# Constructor table (§1.2, §1.6): fixed width >= 0, or one of the markers below
-# --------------------------------------------------------------------------------------------------
-
-_VAR1 = -1        # 1-byte size prefix (vbin8, str8, sym8, list8, map8, array8)
-_VAR4 = -4        # 4-byte size prefix (vbin32, str32, sym32, list32, map32, array32)
-_DESC = -2        # 0x00: described value
-_BAD = -9         # reserved / invalid constructor
-
-_W = [_BAD] * 256
-for _c in (0x40, 0x41, 0x42, 0x43, 0x44, 0x45):
-    _W[_c] = 0
-for _c in (0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56):
-    _W[_c] = 1
-for _c in (0x60, 0x61):
-    _W[_c] = 2
-for _c in (0x70, 0x71, 0x72, 0x73, 0x74):
-    _W[_c] = 4
-for _c in (0x80, 0x81, 0x82, 0x83, 0x84):
-    _W[_c] = 8
-for _c in (0x94, 0x98):
-    _W[_c] = 16
-for _c in (0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0):
-    _W[_c] = _VAR1
-for _c in (0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0):
-    _W[_c] = _VAR4
-_W[0x00] = _DESC
-_W = tuple(_W)
-
-_S_U32 = struct.Struct(">I")
-_U32 = _S_U32.unpack_from
-_P32 = _S_U32.pack
-
-
-def _skip(b, pos, limit):
-    """Return the offset just past the (possibly described) value at ``pos``; never reads past ``limit``.
-    Compound values are skipped by their size prefix (contents are not validated here)."""
-    pending = 1                                  # values still to skip (each 0x00 adds its descriptor)
-    while True:
-        if pos >= limit:
-            raise CodecError("truncated value")
-        w = _W[b[pos]]
-        if w == _VAR1:
-            if pos + 2 > limit:
-                raise CodecError("truncated size")
-            pos += 2 + b[pos + 1]
-        elif w >= 0:
-            pos += 1 + w
-        elif w == _VAR4:
-            if pos + 5 > limit:
-                raise CodecError("truncated size")
-            pos += 5 + _U32(b, pos + 1)[0]
-        elif w == _DESC:
-            pos += 1
-            pending += 1
-            continue
-        else:
-            raise CodecError(f"invalid constructor 0x{b[pos]:02x}")
-        if pos > limit:
-            raise CodecError("truncated value")
-        pending -= 1
-        if not pending:
-            return pos
+def __dir__():
+    """``dir(wire.codec)`` lists the lazily re-exported names too."""
+    return sorted(set(globals()) | _ANNOTATION_NAMES)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -310,8 +103,8 @@ _IS_MAP = (0, 1, 1, 0, 1)
 
 
 def _descriptor(b, pos, n):
-    """Section descriptor at ``pos`` (the 0x00 byte) -> (section code, offset of the value). An
-    unknown symbolic or out-of-domain ulong descriptor gives code -1."""
+    """Section descriptor at ``pos`` (the 0x00 byte) -> (section code 0x70..0x78, offset of the value).
+    The small-ulong form is returned as is (the caller checks its range)."""
     if b[pos] != 0:
         raise CodecError(f"expected a section (described value) at offset {pos}")
     c = b[pos + 1]
@@ -321,20 +114,25 @@ def _descriptor(b, pos, n):
         if pos + 10 > n:
             raise CodecError("truncated descriptor")
         hi, lo = struct.unpack_from(">II", b, pos + 2)
-        return (lo if hi == 0 and lo < 0x100 else -1), pos + 10
+        if hi != 0 or not 0x70 <= lo <= 0x78:
+            raise CodecError(f"unknown section descriptor 0x{hi:08x}:0x{lo:08x} at offset {pos}")
+        return lo, pos + 10
     if c == 0xA3:
-        e = pos + 3 + b[pos + 2]
-        if e > n:
-            raise CodecError("truncated descriptor")
-        return _SYMBOLIC.get(bytes(b[pos + 3:e]), -1), e
-    if c == 0xB3:
+        s = pos + 3
+        e = s + b[pos + 2]
+    elif c == 0xB3:
         if pos + 6 > n:
             raise CodecError("truncated descriptor")
-        e = pos + 6 + _U32(b, pos + 2)[0]
-        if e > n:
-            raise CodecError("truncated descriptor")
-        return _SYMBOLIC.get(bytes(b[pos + 6:e]), -1), e
-    raise CodecError(f"unsupported section descriptor constructor 0x{c:02x}")
+        s = pos + 6
+        e = s + _U32(b, pos + 2)[0]
+    else:
+        raise CodecError(f"unsupported section descriptor constructor 0x{c:02x}")
+    if e > n:
+        raise CodecError("truncated descriptor")
+    code = _SYMBOLIC.get(bytes(b[s:e]))
+    if code is None:
+        raise CodecError(f"unknown section descriptor {bytes(b[s:e])!r} at offset {pos}")
+    return code, e
 
 
 def _section_end(b, vpos, rank, n):
@@ -423,9 +221,6 @@ class Sections:
         return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
 
 
-_DECODE_ERRORS = (IndexError, struct.error, UnicodeError, RecursionError, OverflowError, ValueError)
-
-
 def scan(msg: bytes) -> Sections:
     """Find the section boundaries up to the start of the body."""
     try:
@@ -452,7 +247,20 @@ def scan(msg: bytes) -> Sections:
                     raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
                 raise CodecError(f"section 0x{code:x} out of order at offset {pos}")
             last = rank
-            end = _section_end(msg, vpos, rank, n)
+            c = msg[vpos]                        # inline _section_end
+            if c >= 0xC0:
+                if c & 0xEE != 0xC0 or (c & 1) != _IS_MAP[rank]:
+                    raise CodecError(f"section 0x{code:x} has a value of the wrong type")
+                if c < 0xD0:
+                    end = vpos + 2 + msg[vpos + 1]
+                else:
+                    end = vpos + 5 + _U32(msg, vpos + 1)[0]
+            elif c == 0x40 or (c == 0x45 and not _IS_MAP[rank]):
+                end = vpos + 1
+            else:
+                raise CodecError(f"section 0x{code:x} has a value of the wrong type")
+            if end > n:
+                raise CodecError("truncated section")
             found[rank] = (pos, end)
             pos = end
         return Sections(found[0], found[1], found[2], found[3], found[4], body)
@@ -484,10 +292,32 @@ def _list_header(b, vpos, n):
 def message_to(msg: bytes) -> str | None:
     """``properties.to`` as a str (string, or symbol decoded as str); None when absent or null."""
     try:
-        pos, code, vpos = _walk(msg, 3)
-        if code != 0x73:
-            return None
+        # walk to the properties section (same as _walk(msg, 3), inlined: this runs per message)
         n = len(msg)
+        pos = 0
+        last = -1
+        while True:
+            if pos >= n:
+                return None
+            if msg[pos] == 0 and msg[pos + 1] == 0x53:
+                code = msg[pos + 2]
+                vpos = pos + 3
+            else:
+                code, vpos = _descriptor(msg, pos, n)
+            rank = code - 0x70
+            if rank >= 3:
+                if rank == 3:
+                    break
+                if rank > 8:
+                    raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
+                return None
+            if rank <= last:
+                if rank < 0:
+                    raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
+                raise CodecError(f"section 0x{code:x} out of order at offset {pos}")
+            last = rank
+            pos = _section_end(msg, vpos, rank, n)
+        # properties list: skip message-id and user-id, read to
         c = msg[vpos]
         if c == 0xC0:
             size = msg[vpos + 1]
@@ -506,7 +336,15 @@ def message_to(msg: bytes) -> str | None:
             raise CodecError("truncated properties")
         if count < 3:
             return None
-        p = _skip(msg, _skip(msg, p, end), end)     # message-id, user-id
+        W = _W
+        for _ in (0, 1):
+            w = W[msg[p]]
+            if w == _VAR1:
+                p += 2 + msg[p + 1]
+            elif w >= 0:
+                p += 1 + w
+            else:
+                p = _skip(msg, p, end)
         if p >= end:
             raise CodecError("truncated properties")
         c = msg[p]
@@ -591,721 +429,6 @@ def message_body_bytes(msg: bytes) -> bytes | None:
     except _DECODE_ERRORS as e:
         raise CodecError(f"malformed message: {e}") from None
 
-
-# --------------------------------------------------------------------------------------------------
-# Router annotations (x-opt-qd.* keys in the message-annotations map)
-# --------------------------------------------------------------------------------------------------
-
-ROUTER_PREFIX = b"x-opt-qd."
-_PLEN = len(ROUTER_PREFIX)
-
-
-class RouterAnnotations:
-    """The router's own message annotations. A field is None when its key is absent (or null)."""
-    __slots__ = ("to_override", "phase", "ingress", "trace", "stream")
-
-    def __init__(self, to_override=None, phase=None, ingress=None, trace=None, stream=None):
-        self.to_override = to_override
-        self.phase = phase
-        self.ingress = ingress
-        self.trace = trace
-        self.stream = stream
-
-    def __eq__(self, other):
-        if not isinstance(other, RouterAnnotations):
-            return NotImplemented
-        return (self.to_override == other.to_override and self.phase == other.phase
-                and self.ingress == other.ingress and self.trace == other.trace
-                and self.stream == other.stream)
-
-    def __repr__(self):
-        return (f"RouterAnnotations(to_override={self.to_override!r}, phase={self.phase!r}, "
-                f"ingress={self.ingress!r}, trace={self.trace!r}, stream={self.stream!r})")
-
-
-def _ma_split(b, vpos, send):
-    """Split the message-annotations map at ``vpos`` (ending at ``send``) into the byte spans of the user
-    entries (merged where contiguous), the number of user entries, and the router entries as
-    (name after the prefix, value start, value end)."""
-    c = b[vpos]
-    if c == 0xC1:
-        size = b[vpos + 1]
-        if size < 1:
-            raise CodecError("bad map size")
-        count = b[vpos + 2]
-        p = vpos + 3
-        mend = vpos + 2 + size
-    elif c == 0xD1:
-        if vpos + 9 > send:
-            raise CodecError("truncated map")
-        size = _U32(b, vpos + 1)[0]
-        if size < 4:
-            raise CodecError("bad map size")
-        count = _U32(b, vpos + 5)[0]
-        p = vpos + 9
-        mend = vpos + 5 + size
-    elif c == 0x40:
-        return [], 0, []
-    else:
-        raise CodecError("message-annotations section is not a map")
-    if mend != send or p > mend:
-        raise CodecError("bad map size")
-    if count & 1:
-        raise CodecError("map with an odd number of elements")
-    spans = []
-    nuser = 0
-    router = []
-    for _ in range(count >> 1):
-        k = p
-        vs = _skip(b, k, mend)
-        ve = _skip(b, vs, mend)
-        kc = b[k]
-        name = None
-        if kc == 0xA3:
-            ks = k + 2
-            if b.startswith(ROUTER_PREFIX, ks, vs):
-                name = b[ks + _PLEN:vs]
-        elif kc == 0xB3:
-            ks = k + 5
-            if b.startswith(ROUTER_PREFIX, ks, vs):
-                name = b[ks + _PLEN:vs]
-        if name is None:
-            nuser += 1
-            if spans and spans[-1][1] == k:
-                spans[-1] = (spans[-1][0], ve)
-            else:
-                spans.append((k, ve))
-        else:
-            router.append((bytes(name), vs, ve))
-        p = ve
-    if p != mend:
-        raise CodecError("map size and count disagree")
-    return spans, nuser, router
-
-
-def _find_ma(msg):
-    """(section start, value offset, section end) of the message-annotations section, or None."""
-    pos, code, vpos = _walk(msg, 2)
-    if code != 0x72:
-        return None
-    return pos, vpos, _section_end(msg, vpos, 2, len(msg))
-
-
-def _as_str(v, key):
-    if v is None or type(v) is str or type(v) is Symbol:
-        return None if v is None else str(v)
-    raise CodecError(f"x-opt-qd.{key} must be a string, not {type(v).__name__}")
-
-
-def _as_int(v, key):
-    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
-        return None if v is None else int(v)
-    raise CodecError(f"x-opt-qd.{key} must be an integer, not {type(v).__name__}")
-
-
-def read_router_annotations(msg: bytes) -> RouterAnnotations | None:
-    """The router's annotations, or None when the message-annotations map has no ``x-opt-qd.*`` keys.
-    Unknown router keys (``x-opt-qd.class``, the bare prefix, ...) are ignored but still make the result
-    non-None. A router key of the wrong type raises CodecError."""
-    try:
-        loc = _find_ma(msg)
-        if loc is None:
-            return None
-        start, vpos, send = loc
-        if msg.find(ROUTER_PREFIX, vpos, send) < 0:
-            return None
-        spans, nuser, router = _ma_split(msg, vpos, send)
-        if not router:
-            return None
-        ra = RouterAnnotations()
-        for name, vs, ve in router:
-            if name == b"to":
-                ra.to_override = _as_str(_decode(msg, vs, ve, 0)[0], "to")
-            elif name == b"ingress":
-                ra.ingress = _as_str(_decode(msg, vs, ve, 0)[0], "ingress")
-            elif name == b"trace":
-                v = _decode(msg, vs, ve, 0)[0]
-                if v is not None:
-                    if not isinstance(v, list):
-                        raise CodecError("x-opt-qd.trace must be a list")
-                    v = [_as_str(x, "trace") for x in v]
-                    if None in v:
-                        raise CodecError("x-opt-qd.trace holds a null")
-                ra.trace = v
-            elif name == b"phase":
-                ra.phase = _as_int(_decode(msg, vs, ve, 0)[0], "phase")
-            elif name == b"stream":
-                ra.stream = _as_int(_decode(msg, vs, ve, 0)[0], "stream")
-        return ra
-    except CodecError:
-        raise
-    except _DECODE_ERRORS as e:
-        raise CodecError(f"malformed message: {e}") from None
-
-
-def _map_header(size, count):
-    """Map constructor + size + count for ``size`` bytes of entries holding ``count`` elements."""
-    if size < 255 and count < 256:
-        return bytes((0xC1, size + 1, count))
-    return b"\xd1" + _P32(size + 4) + _P32(count)
-
-
-def _rebuild_ma(msg, start, vpos, send, spans, nuser, extra, nextra):
-    """The message with its MA section replaced by the user entries (``spans``) followed by
-    ``extra`` (``nextra`` entries); the section is dropped when it ends up empty."""
-    parts = [msg[:start]]
-    count = 2 * (nuser + nextra)
-    if count:
-        body = [msg[a:e] for a, e in spans]
-        if extra:
-            body.append(extra)
-        size = sum(map(len, body))
-        parts.append(msg[start:vpos])            # original descriptor bytes
-        parts.append(_map_header(size, count))
-        parts.extend(body)
-    parts.append(msg[send:])
-    return b"".join(parts)
-
-
-def strip_router_annotations(msg: bytes) -> bytes:
-    """Remove every ``x-opt-qd.*`` key from the message-annotations map (dropping the section if it
-    becomes empty). Returns ``msg`` itself (no copy) when there is nothing to strip."""
-    try:
-        loc = _find_ma(msg)
-        if loc is None:
-            return msg
-        start, vpos, send = loc
-        if msg.find(ROUTER_PREFIX, vpos, send) < 0:
-            return msg
-        spans, nuser, router = _ma_split(msg, vpos, send)
-        if not router:
-            return msg
-        return _rebuild_ma(msg, start, vpos, send, spans, nuser, b"", 0)
-    except CodecError:
-        raise
-    except _DECODE_ERRORS as e:
-        raise CodecError(f"malformed message: {e}") from None
-
-
-# pre-encoded router keys (sym8)
-_K_TO = b"\xa3\x0bx-opt-qd.to"
-_K_PHASE = b"\xa3\x0ex-opt-qd.phase"
-_K_INGRESS = b"\xa3\x10x-opt-qd.ingress"
-_K_TRACE = b"\xa3\x0ex-opt-qd.trace"
-_K_STREAM = b"\xa3\x0fx-opt-qd.stream"
-
-
-def _enc_str(s):
-    d = s.encode()
-    n = len(d)
-    if n < 256:
-        return bytes((0xA1, n)) + d
-    return b"\xb1" + _P32(n) + d
-
-
-def _enc_int(i):
-    if -128 <= i <= 127:
-        return bytes((0x54, i & 0xFF))
-    return b"\x71" + struct.pack(">i", i)
-
-
-def _router_entries(to_override, phase, ingress, trace, stream):
-    parts = []
-    if to_override is not None:
-        parts.append(_K_TO)
-        parts.append(_enc_str(to_override))
-    if phase is not None:
-        parts.append(_K_PHASE)
-        parts.append(_enc_int(phase))
-    if ingress is not None:
-        parts.append(_K_INGRESS)
-        parts.append(_enc_str(ingress))
-    if trace is not None:
-        items = b"".join([_enc_str(t) for t in trace])
-        n = len(trace)
-        parts.append(_K_TRACE)
-        if not n:
-            parts.append(b"\x45")
-        elif len(items) < 255 and n < 256:
-            parts.append(bytes((0xC0, len(items) + 1, n)))
-            parts.append(items)
-        else:
-            parts.append(b"\xd0" + _P32(len(items) + 4) + _P32(n))
-            parts.append(items)
-    if stream is not None:
-        parts.append(_K_STREAM)
-        parts.append(_enc_int(int(stream)))
-    count = ((to_override is not None) + (phase is not None) + (ingress is not None)
-             + (trace is not None) + (stream is not None))
-    return b"".join(parts), count
-
-
-def set_router_annotations(msg: bytes, *, to_override=None, phase=None, ingress=None, trace=None,
-                           stream=None) -> bytes:
-    """Replace the router annotations: every existing ``x-opt-qd.*`` key is removed, then the given
-    (non-None) ones are appended after all user annotations, in the order to, phase, ingress, trace,
-    stream. ``to_override``/``ingress`` encode as AMQP string, ``phase``/``stream`` as AMQP int
-    (smallint when it fits), ``trace`` as a list of strings. The message-annotations section is created
-    after header/delivery-annotations when absent, and dropped when it ends up empty. Returns ``msg``
-    itself when nothing changes (no router keys present and none given)."""
-    extra, nextra = _router_entries(to_override, phase, ingress, trace, stream)
-    try:
-        pos, code, vpos = _walk(msg, 2)
-        if code == 0x72:
-            send = _section_end(msg, vpos, 2, len(msg))
-            spans, nuser, router = _ma_split(msg, vpos, send)
-            if not router and not nextra:
-                return msg
-            return _rebuild_ma(msg, pos, vpos, send, spans, nuser, extra, nextra)
-        if not nextra:
-            return msg
-        return b"".join((msg[:pos], b"\x00\x53\x72", _map_header(len(extra), 2 * nextra), extra,
-                         msg[pos:]))
-    except CodecError:
-        raise
-    except _DECODE_ERRORS as e:
-        raise CodecError(f"malformed message: {e}") from None
-
-
-# --------------------------------------------------------------------------------------------------
-# General value decoder
-# --------------------------------------------------------------------------------------------------
-
-_MAX_DEPTH = 64              # nesting limit for decode (lists, maps, arrays, described values)
-_MAX_ZERO_WIDTH = 1 << 16    # max elements in an array of zero-width elements (e.g. nulls)
-
-
-def _char(b, p):
-    cp = _U32(b, p)[0]
-    if cp > 0x10FFFF or 0xD800 <= cp <= 0xDFFF:
-        raise CodecError(f"invalid char code point 0x{cp:x}")
-    return Char(chr(cp))
-
-
-def _bool(b, p):
-    v = b[p]
-    if v > 1:
-        raise CodecError(f"invalid boolean octet 0x{v:02x}")
-    return v == 1
-
-
-def _sint8(v):
-    return v - 256 if v > 127 else v
-
-
-_FIXED_DEC = {
-    0x40: lambda b, p: None,
-    0x41: lambda b, p: True,
-    0x42: lambda b, p: False,
-    0x43: lambda b, p: UInt(0),
-    0x44: lambda b, p: ULong(0),
-    0x45: lambda b, p: [],
-    0x50: lambda b, p: UByte(b[p]),
-    0x51: lambda b, p: Byte(_sint8(b[p])),
-    0x52: lambda b, p: UInt(b[p]),
-    0x53: lambda b, p: ULong(b[p]),
-    0x54: lambda b, p: Int(_sint8(b[p])),
-    0x55: lambda b, p: _sint8(b[p]),
-    0x56: _bool,
-    0x60: lambda b, p: UShort(struct.unpack_from(">H", b, p)[0]),
-    0x61: lambda b, p: Short(struct.unpack_from(">h", b, p)[0]),
-    0x70: lambda b, p: UInt(_U32(b, p)[0]),
-    0x71: lambda b, p: Int(struct.unpack_from(">i", b, p)[0]),
-    0x72: lambda b, p: Float32(struct.unpack_from(">f", b, p)[0]),
-    0x73: _char,
-    0x74: lambda b, p: Decimal32(b[p:p + 4]),
-    0x80: lambda b, p: ULong(struct.unpack_from(">Q", b, p)[0]),
-    0x81: lambda b, p: struct.unpack_from(">q", b, p)[0],
-    0x82: lambda b, p: struct.unpack_from(">d", b, p)[0],
-    0x83: lambda b, p: Timestamp(struct.unpack_from(">q", b, p)[0]),
-    0x84: lambda b, p: Decimal64(b[p:p + 8]),
-    0x94: lambda b, p: Decimal128(b[p:p + 16]),
-    0x98: lambda b, p: _uuid.UUID(bytes=bytes(b[p:p + 16])),
-}
-
-_CODE_TYPE = {
-    0x40: "null", 0x41: "boolean", 0x42: "boolean", 0x56: "boolean",
-    0x50: "ubyte", 0x60: "ushort", 0x70: "uint", 0x52: "uint", 0x43: "uint",
-    0x80: "ulong", 0x53: "ulong", 0x44: "ulong",
-    0x51: "byte", 0x61: "short", 0x71: "int", 0x54: "int", 0x81: "long", 0x55: "long",
-    0x72: "float", 0x82: "double", 0x74: "decimal32", 0x84: "decimal64", 0x94: "decimal128",
-    0x73: "char", 0x83: "timestamp", 0x98: "uuid",
-    0xA0: "binary", 0xB0: "binary", 0xA1: "string", 0xB1: "string", 0xA3: "symbol", 0xB3: "symbol",
-    0x45: "list", 0xC0: "list", 0xD0: "list", 0xC1: "map", 0xD1: "map", 0xE0: "array", 0xF0: "array",
-}
-
-
-def _decode(b, pos, end, depth):
-    """Decode one value at ``pos`` (not reading past ``end``) -> (value, next offset)."""
-    if pos >= end:
-        raise CodecError("truncated value")
-    c = b[pos]
-    if c == 0:
-        if depth >= _MAX_DEPTH:
-            raise CodecError("values nested too deeply")
-        d, pos = _decode(b, pos + 1, end, depth + 1)
-        v, pos = _decode(b, pos, end, depth + 1)
-        return Described(d, v), pos
-    return _payload(c, b, pos + 1, end, depth)
-
-
-def _payload(c, b, pos, end, depth):
-    """Decode the data of a value whose constructor ``c`` has already been read."""
-    w = _W[c]
-    if w >= 0:
-        e = pos + w
-        if e > end:
-            raise CodecError("truncated value")
-        return _FIXED_DEC[c](b, pos), e
-    if w == _VAR1:
-        if pos >= end:
-            raise CodecError("truncated size")
-        size = b[pos]
-        pos += 1
-        cw = 1
-    elif w == _VAR4:
-        if pos + 4 > end:
-            raise CodecError("truncated size")
-        size = _U32(b, pos)[0]
-        pos += 4
-        cw = 4
-    else:
-        raise CodecError(f"invalid constructor 0x{c:02x}")
-    e = pos + size
-    if e > end:
-        raise CodecError("truncated value")
-    if c == 0xA1 or c == 0xB1:
-        return bytes(b[pos:e]).decode("utf-8"), e
-    if c == 0xA3 or c == 0xB3:
-        return Symbol(bytes(b[pos:e]).decode("ascii")), e
-    if c == 0xA0 or c == 0xB0:
-        return bytes(b[pos:e]), e
-    # compound / array: count follows the size
-    if size < cw:
-        raise CodecError("compound size too small for its count")
-    count = b[pos] if cw == 1 else _U32(b, pos)[0]
-    p = pos + cw
-    if depth >= _MAX_DEPTH:
-        raise CodecError("values nested too deeply")
-    if c == 0xC0 or c == 0xD0:
-        if count > e - p:
-            raise CodecError("list count larger than its size allows")
-        items = []
-        for _ in range(count):
-            v, p = _decode(b, p, e, depth + 1)
-            items.append(v)
-        if p != e:
-            raise CodecError("list size and count disagree")
-        return items, e
-    if c == 0xC1 or c == 0xD1:
-        if count & 1:
-            raise CodecError("map with an odd number of elements")
-        if count > e - p:
-            raise CodecError("map count larger than its size allows")
-        d = {}
-        for _ in range(count >> 1):
-            k, p = _decode(b, p, e, depth + 1)
-            v, p = _decode(b, p, e, depth + 1)
-            if type(k) is list:
-                k = _freeze(k)
-            try:
-                d[k] = v
-            except TypeError:
-                raise CodecError(f"map key of unhashable type {type(k).__name__}") from None
-        if p != e:
-            raise CodecError("map size and count disagree")
-        return d, e
-    # array
-    if p >= e:
-        raise CodecError("array without an element constructor")
-    ec = b[p]
-    p += 1
-    desc = None
-    if ec == 0:
-        desc, p = _decode(b, p, e, depth + 1)
-        if p >= e:
-            raise CodecError("array without an element constructor")
-        ec = b[p]
-        p += 1
-    if ec == 0 or _W[ec] == _BAD:
-        raise CodecError(f"invalid array element constructor 0x{ec:02x}")
-    ew = _W[ec]
-    if ew == 0:
-        if count > _MAX_ZERO_WIDTH:
-            raise CodecError("array of zero-width elements too long")
-    elif count > e - p:
-        raise CodecError("array count larger than its size allows")
-    items = []
-    for _ in range(count):
-        v, p = _payload(ec, b, p, e, depth + 1)
-        items.append(v)
-    if p != e:
-        raise CodecError("array size and count disagree")
-    return Array(_CODE_TYPE[ec], items, desc), e
-
-
-def _freeze(v):
-    """A list used as a map key becomes a tuple (recursively) so that it can be hashed."""
-    return tuple(_freeze(x) if type(x) is list else x for x in v)
-
-
-def decode_value(buf, offset=0):
-    """Decode one AMQP value from ``buf`` at ``offset`` -> (value, offset just past it)."""
-    try:
-        return _decode(buf, offset, len(buf), 0)
-    except CodecError:
-        raise
-    except _DECODE_ERRORS as e:
-        raise CodecError(f"malformed value: {e}") from None
-
-
-# --------------------------------------------------------------------------------------------------
-# General value encoder
-# --------------------------------------------------------------------------------------------------
-
-def _vbin(code8, data):
-    n = len(data)
-    if n < 256:
-        return bytes((code8, n)) + data
-    return bytes((code8 + 0x10,)) + _P32(n) + data
-
-
-def _compound(code8, blob, count):
-    """list8/map8 (code8) or list32/map32 with ``blob`` holding ``count`` encoded elements."""
-    n = len(blob)
-    if n < 255 and count < 256:
-        return bytes((code8, n + 1, count)) + blob
-    return bytes((code8 + 0x10,)) + _P32(n + 4) + _P32(count) + blob
-
-
-def _enc_uint(v, bits, code, small, zero):
-    if not 0 <= v < (1 << bits):
-        raise CodecError(f"{v} out of range for an unsigned {bits}-bit integer")
-    if zero is not None and v == 0:
-        return bytes((zero,))
-    if small is not None and v < 256:
-        return bytes((small, v))
-    return bytes((code,)) + v.to_bytes(bits // 8, "big")
-
-
-def _enc_sint(v, bits, code, small):
-    lim = 1 << (bits - 1)
-    if not -lim <= v < lim:
-        raise CodecError(f"{v} out of range for a signed {bits}-bit integer")
-    if small is not None and -128 <= v <= 127:
-        return bytes((small, v & 0xFF))
-    return bytes((code,)) + v.to_bytes(bits // 8, "big", signed=True)
-
-
-def _enc_long(v):
-    if -128 <= v <= 127:
-        return bytes((0x55, v & 0xFF))
-    if -(1 << 63) <= v < (1 << 63):
-        return b"\x81" + v.to_bytes(8, "big", signed=True)
-    if 0 <= v < (1 << 64):
-        return b"\x80" + v.to_bytes(8, "big")
-    raise CodecError(f"integer {v} does not fit in 64 bits")
-
-
-def _enc_symbol(v):
-    try:
-        return _vbin(0xA3, v.encode("ascii"))
-    except UnicodeEncodeError:
-        raise CodecError(f"symbol {v!r} is not ASCII") from None
-
-
-def _enc_char(v):
-    if len(v) != 1:
-        raise CodecError("char must be a single character")
-    cp = ord(v)
-    if 0xD800 <= cp <= 0xDFFF:
-        raise CodecError("char must not be a surrogate")
-    return b"\x73" + _P32(cp)
-
-
-def _enc_raw(v):
-    if len(v) != v._width:
-        raise CodecError(f"{type(v).__name__} needs exactly {v._width} bytes")
-    return bytes(((0x74, 0x84, 0x94)[(4, 8, 16).index(v._width)],)) + bytes(v)
-
-
-def _enc_list(v):
-    if not v:
-        return b"\x45"
-    return _compound(0xC0, b"".join([encode_value(x) for x in v]), len(v))
-
-
-def _enc_map(v):
-    parts = []
-    for k, x in v.items():
-        parts.append(encode_value(k))
-        parts.append(encode_value(x))
-    return _compound(0xC1, b"".join(parts), len(parts))
-
-
-def _enc_described(v):
-    d = v.descriptor
-    if type(d) is int:
-        d = ULong(d)
-    return b"\x00" + encode_value(d) + encode_value(v.value)
-
-
-_FIXED_ENC = {
-    # type name -> (constructor, struct format or None)
-    "ubyte": (0x50, ">B"), "ushort": (0x60, ">H"), "uint": (0x70, ">I"), "ulong": (0x80, ">Q"),
-    "byte": (0x51, ">b"), "short": (0x61, ">h"), "int": (0x71, ">i"), "long": (0x81, ">q"),
-    "float": (0x72, ">f"), "double": (0x82, ">d"), "timestamp": (0x83, ">q"),
-}
-_SMALL = {"uint": (0x52, 0, 255), "ulong": (0x53, 0, 255), "int": (0x54, -128, 127),
-          "long": (0x55, -128, 127)}
-_VAR_CODE = {"binary": 0xA0, "string": 0xA1, "symbol": 0xA3}
-
-
-def _array_body(arr):
-    """(element constructor bytes, [element payloads]) for an Array; the first byte of the
-    constructor bytes is the (array8/array32-independent) element constructor."""
-    t = arr.type
-    items = list(arr)
-    if t in _FIXED_ENC:
-        code, fmt = _FIXED_ENC[t]
-        sm = _SMALL.get(t)
-        if sm is not None and items and all(sm[1] <= x <= sm[2] for x in items):
-            code, fmt = sm[0], (">B" if sm[1] == 0 else ">b")
-        pk = struct.Struct(fmt).pack
-        payloads = [pk(x) for x in items]
-    elif t == "null":
-        code, payloads = 0x40, [b"" for x in items]
-        if any(x is not None for x in items):
-            raise CodecError("array of null holds a non-null value")
-    elif t == "boolean":
-        code, payloads = 0x56, [b"\x01" if x else b"\x00" for x in items]
-    elif t == "char":
-        code, payloads = 0x73, [_enc_char(x)[1:] for x in items]
-    elif t in ("decimal32", "decimal64", "decimal128"):
-        width = {"decimal32": 4, "decimal64": 8, "decimal128": 16}[t]
-        code = {4: 0x74, 8: 0x84, 16: 0x94}[width]
-        payloads = [bytes(x) for x in items]
-        if any(len(x) != width for x in payloads):
-            raise CodecError(f"{t} needs exactly {width} bytes")
-    elif t == "uuid":
-        code, payloads = 0x98, [x.bytes for x in items]
-    elif t in _VAR_CODE:
-        if t == "string":
-            datas = [x.encode() for x in items]
-        elif t == "symbol":
-            try:
-                datas = [x.encode("ascii") for x in items]
-            except UnicodeEncodeError:
-                raise CodecError("symbol is not ASCII") from None
-        else:
-            datas = [bytes(x) for x in items]
-        if all(len(d) < 256 for d in datas):
-            code, payloads = _VAR_CODE[t], [bytes((len(d),)) + d for d in datas]
-        else:
-            code, payloads = _VAR_CODE[t] + 0x10, [_P32(len(d)) + d for d in datas]
-    elif t in ("list", "map"):
-        blobs = []
-        for x in items:
-            if t == "list":
-                blobs.append((b"".join([encode_value(y) for y in x]), len(x)))
-            else:
-                parts = []
-                for k, y in x.items():
-                    parts.append(encode_value(k))
-                    parts.append(encode_value(y))
-                blobs.append((b"".join(parts), len(parts)))
-        base = 0xC0 if t == "list" else 0xC1
-        if all(len(bl) < 255 and n < 256 for bl, n in blobs):
-            code, payloads = base, [bytes((len(bl) + 1, n)) + bl for bl, n in blobs]
-        else:
-            code, payloads = base + 0x10, [_P32(len(bl) + 4) + _P32(n) + bl for bl, n in blobs]
-    elif t == "array":
-        bodies = []
-        for x in items:
-            if not isinstance(x, Array):
-                raise CodecError("array of array needs Array elements")
-            ctor, pls = _array_body(x)
-            bodies.append((ctor + b"".join(pls), len(pls)))
-        if all(len(bl) < 255 and n < 256 for bl, n in bodies):
-            code, payloads = 0xE0, [bytes((len(bl) + 1, n)) + bl for bl, n in bodies]
-        else:
-            code, payloads = 0xF0, [_P32(len(bl) + 4) + _P32(n) + bl for bl, n in bodies]
-    else:
-        raise CodecError(f"unsupported array element type {t!r}")
-    ctor = bytes((code,))
-    if arr.descriptor is not None:
-        d = arr.descriptor
-        if type(d) is int:
-            d = ULong(d)
-        ctor = b"\x00" + encode_value(d) + ctor
-    return ctor, payloads
-
-
-def _enc_array(arr):
-    ctor, payloads = _array_body(arr)
-    blob = ctor + b"".join(payloads)
-    n = len(payloads)
-    if len(blob) < 255 and n < 256:
-        return bytes((0xE0, len(blob) + 1, n)) + blob
-    return b"\xf0" + _P32(len(blob) + 4) + _P32(n) + blob
-
-
-_ENC = {
-    type(None): lambda v: b"\x40",
-    bool: lambda v: b"\x41" if v else b"\x42",
-    int: _enc_long,
-    float: lambda v: b"\x82" + struct.pack(">d", v),
-    str: lambda v: _vbin(0xA1, v.encode()),
-    bytes: lambda v: _vbin(0xA0, v),
-    bytearray: lambda v: _vbin(0xA0, bytes(v)),
-    memoryview: lambda v: _vbin(0xA0, v.tobytes()),
-    Symbol: _enc_symbol,
-    UByte: lambda v: _enc_uint(v, 8, 0x50, None, None),
-    UShort: lambda v: _enc_uint(v, 16, 0x60, None, None),
-    UInt: lambda v: _enc_uint(v, 32, 0x70, 0x52, 0x43),
-    ULong: lambda v: _enc_uint(v, 64, 0x80, 0x53, 0x44),
-    Byte: lambda v: _enc_sint(v, 8, 0x51, None),
-    Short: lambda v: _enc_sint(v, 16, 0x61, None),
-    Int: lambda v: _enc_sint(v, 32, 0x71, 0x54),
-    Timestamp: lambda v: _enc_sint(v, 64, 0x83, None),
-    Float32: lambda v: b"\x72" + struct.pack(">f", v),
-    Char: _enc_char,
-    Decimal32: _enc_raw,
-    Decimal64: _enc_raw,
-    Decimal128: _enc_raw,
-    _uuid.UUID: lambda v: b"\x98" + v.bytes,
-    list: _enc_list,
-    tuple: _enc_list,
-    dict: _enc_map,
-    Array: _enc_array,
-    Described: _enc_described,
-}
-# subclasses of the built-in types, tried in this order when the exact type is not in _ENC
-_ENC_FALLBACK = (
-    (bool, _ENC[bool]), (Symbol, _enc_symbol), (Char, _enc_char), (str, _ENC[str]),
-    (UByte, _ENC[UByte]), (UShort, _ENC[UShort]), (UInt, _ENC[UInt]), (ULong, _ENC[ULong]),
-    (Byte, _ENC[Byte]), (Short, _ENC[Short]), (Int, _ENC[Int]), (Timestamp, _ENC[Timestamp]),
-    (int, _enc_long), (Float32, _ENC[Float32]), (float, _ENC[float]), (_RawBytes, _enc_raw),
-    (bytes, _ENC[bytes]), (Array, _enc_array), (list, _enc_list), (tuple, _enc_list), (dict, _enc_map),
-    (_uuid.UUID, _ENC[_uuid.UUID]),
-)
-
-
-def encode_value(v) -> bytes:
-    """Encode a Python value as one AMQP value (see the module docstring for the type mapping).
-    Raises TypeError for an unsupported Python type and CodecError for a value out of range."""
-    f = _ENC.get(type(v))
-    if f is None:
-        for t, g in _ENC_FALLBACK:
-            if isinstance(v, t):
-                f = g
-                break
-        else:
-            raise TypeError(f"cannot encode {type(v).__name__} as an AMQP value")
-    try:
-        return f(v)
-    except struct.error as e:
-        raise CodecError(f"cannot encode {v!r}: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------------

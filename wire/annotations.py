@@ -1,0 +1,371 @@
+"""Router annotations: read, strip and set the router's own ``x-opt-qd.*`` keys in a message's
+message-annotations map, copying every other byte of the message unchanged.
+
+Dispatch 1.19 semantics (see shared/reference §1.5): keys are AMQP *symbols* starting ``x-opt-qd.`` (a
+string-typed key with that text is a user key). Stripping and setting remove every such key wherever it
+sits in the map (including ``x-opt-qd.class`` and the bare prefix); set appends the new ones after all user
+annotations, because 1.19 stops parsing at the first router key. User entries are copied byte for byte;
+only the map header (size/count) is rewritten, in its most compact form.
+
+These functions walk the message only as far as the message-annotations section (with the section walker
+of :mod:`wire.codec`); damage further on is not their concern. Anything malformed up to there raises
+:class:`~wire.amqptypes.CodecError`. Messages are ``bytes`` (``bytearray`` works too); edits return new
+``bytes``. :func:`strip_router_annotations` runs on every message from a normal connection, so it returns
+the message itself, without copying, when there is nothing to strip.
+
+Per-call cost on CPython 3.11 (224-byte message, shared 2-vCPU VM, best of many runs): strip (nothing to
+strip) ~1.0 µs, set_router_annotations 3.4-6.2 µs.
+
+:mod:`wire.codec` re-exports the public names, so ``from wire.codec import strip_router_annotations`` works
+as before.
+"""
+
+from __future__ import annotations
+
+from wire.amqptypes import _DECODE_ERRORS, _P32, _U32, _VAR1, _W, CodecError, Symbol, _decode, _skip
+from wire.codec import _section_end, _walk
+
+__all__ = [
+    "RouterAnnotations", "read_router_annotations", "strip_router_annotations", "set_router_annotations",
+    "ROUTER_PREFIX",
+]
+
+ROUTER_PREFIX = b"x-opt-qd."
+_PLEN = len(ROUTER_PREFIX)
+
+
+class RouterAnnotations:
+    """The router's own message annotations. A field is None when its key is absent (or null)."""
+    __slots__ = ("to_override", "phase", "ingress", "trace", "stream")
+
+    def __init__(self, to_override=None, phase=None, ingress=None, trace=None, stream=None):
+        self.to_override = to_override
+        self.phase = phase
+        self.ingress = ingress
+        self.trace = trace
+        self.stream = stream
+
+    def __eq__(self, other):
+        if not isinstance(other, RouterAnnotations):
+            return NotImplemented
+        return (self.to_override == other.to_override and self.phase == other.phase
+                and self.ingress == other.ingress and self.trace == other.trace
+                and self.stream == other.stream)
+
+    def __repr__(self):
+        return (f"RouterAnnotations(to_override={self.to_override!r}, phase={self.phase!r}, "
+                f"ingress={self.ingress!r}, trace={self.trace!r}, stream={self.stream!r})")
+
+
+def _ma_split(b, vpos, send):
+    """Split the message-annotations map at ``vpos`` (ending at ``send``) into the byte spans of the user
+    entries (merged where contiguous), the number of user entries, and the router entries as
+    (name after the prefix, value start, value end)."""
+    c = b[vpos]
+    if c == 0xC1:
+        size = b[vpos + 1]
+        if size < 1:
+            raise CodecError("bad map size")
+        count = b[vpos + 2]
+        p = vpos + 3
+        mend = vpos + 2 + size
+    elif c == 0xD1:
+        if vpos + 9 > send:
+            raise CodecError("truncated map")
+        size = _U32(b, vpos + 1)[0]
+        if size < 4:
+            raise CodecError("bad map size")
+        count = _U32(b, vpos + 5)[0]
+        p = vpos + 9
+        mend = vpos + 5 + size
+    elif c == 0x40:
+        return [], 0, []
+    else:
+        raise CodecError("message-annotations section is not a map")
+    if mend != send or p > mend:
+        raise CodecError("bad map size")
+    if count & 1:
+        raise CodecError("map with an odd number of elements")
+    if count > mend - p:
+        raise CodecError("map count larger than its size allows")
+    spans = []
+    nuser = 0
+    router = []
+    run = p                                  # start of the current run of user entries
+    W = _W
+    sw = b.startswith
+    for _ in range(count >> 1):
+        k = p
+        kc = b[k]
+        if kc == 0xA3:
+            vs = k + 2 + b[k + 1]
+            isr = sw(ROUTER_PREFIX, k + 2, vs)
+        else:
+            vs = _skip(b, k, mend)
+            isr = kc == 0xB3 and sw(ROUTER_PREFIX, k + 5, vs)
+        w = W[b[vs]]
+        if w == _VAR1:
+            p = vs + 2 + b[vs + 1]
+        elif w >= 0:
+            p = vs + 1 + w
+        else:
+            p = _skip(b, vs, mend)
+        if isr:
+            if run < k:
+                spans.append((run, k))
+            router.append((bytes(b[k + (11 if kc == 0xA3 else 14):vs]), vs, p))
+            run = p
+        else:
+            nuser += 1
+    if p > mend:
+        raise CodecError("truncated map entry")
+    if p != mend:
+        raise CodecError("map size and count disagree")
+    if run < p:
+        spans.append((run, p))
+    return spans, nuser, router
+
+
+def _find_ma(msg):
+    """(section start, value offset, section end) of the message-annotations section, or None."""
+    pos, code, vpos = _walk(msg, 2)
+    if code != 0x72:
+        return None
+    return pos, vpos, _section_end(msg, vpos, 2, len(msg))
+
+
+def _as_str(v, key):
+    if v is None or type(v) is str or type(v) is Symbol:
+        return None if v is None else str(v)
+    raise CodecError(f"x-opt-qd.{key} must be a string, not {type(v).__name__}")
+
+
+def _as_int(v, key):
+    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+        return None if v is None else int(v)
+    raise CodecError(f"x-opt-qd.{key} must be an integer, not {type(v).__name__}")
+
+
+def _str_value(b, vs, ve, key):
+    """A string/symbol value spanning [vs, ve) as str (None for null)."""
+    c = b[vs]
+    if c == 0xA1:
+        if vs + 2 + b[vs + 1] != ve:
+            raise CodecError("bad string size")
+        return b[vs + 2:ve].decode()
+    if c == 0x40:
+        return None
+    return _as_str(_decode(b, vs, ve, 0)[0], key)
+
+
+def _int_value(b, vs, ve, key):
+    c = b[vs]
+    if c == 0x54 or c == 0x55:               # smallint / smalllong
+        v = b[vs + 1]
+        return v - 256 if v > 127 else v
+    return _as_int(_decode(b, vs, ve, 0)[0], key)
+
+
+def _trace_value(b, vs, ve):
+    c = b[vs]
+    if c == 0xC0:                            # list8 of str8: the usual encoding
+        count = b[vs + 2]
+        p = vs + 3
+        out = []
+        for _ in range(count):
+            if b[p] != 0xA1:
+                break
+            e = p + 2 + b[p + 1]
+            out.append(b[p + 2:e].decode())
+            p = e
+        else:
+            if p != ve or vs + 2 + b[vs + 1] != ve:
+                raise CodecError("bad x-opt-qd.trace list")
+            return out
+    v = _decode(b, vs, ve, 0)[0]
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise CodecError("x-opt-qd.trace must be a list")
+    v = [_as_str(x, "trace") for x in v]
+    if None in v:
+        raise CodecError("x-opt-qd.trace holds a null")
+    return v
+
+
+def read_router_annotations(msg: bytes) -> RouterAnnotations | None:
+    """The router's annotations, or None when the message-annotations map has no ``x-opt-qd.*`` keys.
+    Unknown router keys (``x-opt-qd.class``, the bare prefix, ...) are ignored but still make the result
+    non-None. A router key of the wrong type raises CodecError."""
+    try:
+        loc = _find_ma(msg)
+        if loc is None:
+            return None
+        start, vpos, send = loc
+        if msg.find(ROUTER_PREFIX, vpos, send) < 0:
+            return None
+        spans, nuser, router = _ma_split(msg, vpos, send)
+        if not router:
+            return None
+        ra = RouterAnnotations()
+        for name, vs, ve in router:
+            if name == b"to":
+                ra.to_override = _str_value(msg, vs, ve, "to")
+            elif name == b"ingress":
+                ra.ingress = _str_value(msg, vs, ve, "ingress")
+            elif name == b"trace":
+                ra.trace = _trace_value(msg, vs, ve)
+            elif name == b"phase":
+                ra.phase = _int_value(msg, vs, ve, "phase")
+            elif name == b"stream":
+                ra.stream = _int_value(msg, vs, ve, "stream")
+        return ra
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
+
+
+def _map_header(size, count):
+    """Map constructor + size + count for ``size`` bytes of entries holding ``count`` elements."""
+    if size < 255 and count < 256:
+        return bytes((0xC1, size + 1, count))
+    return b"\xd1" + _P32(size + 4) + _P32(count)
+
+
+def _rebuild_ma(msg, start, vpos, send, spans, nuser, extra, nextra):
+    """The message with its MA section replaced by the user entries (``spans``) followed by
+    ``extra`` (``nextra`` entries); the section is dropped when it ends up empty."""
+    count = 2 * (nuser + nextra)
+    if not count:
+        return b"".join((msg[:start], msg[send:]))
+    if len(spans) == 1:
+        a, e = spans[0]
+        user = msg[a:e]
+    else:
+        user = b"".join([msg[a:e] for a, e in spans])
+    return b"".join((msg[:vpos],                # everything up to and including the MA descriptor
+                     _map_header(len(user) + len(extra), count), user, extra, msg[send:]))
+
+
+def strip_router_annotations(msg: bytes) -> bytes:
+    """Remove every ``x-opt-qd.*`` key from the message-annotations map (dropping the section if it
+    becomes empty). Returns ``msg`` itself (no copy) when there is nothing to strip."""
+    try:
+        loc = _find_ma(msg)
+        if loc is None:
+            return msg
+        start, vpos, send = loc
+        if msg.find(ROUTER_PREFIX, vpos, send) < 0:
+            return msg
+        spans, nuser, router = _ma_split(msg, vpos, send)
+        if not router:
+            return msg
+        return _rebuild_ma(msg, start, vpos, send, spans, nuser, b"", 0)
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
+
+
+# pre-encoded router keys (sym8)
+_K_TO = b"\xa3\x0bx-opt-qd.to"
+_K_PHASE = b"\xa3\x0ex-opt-qd.phase"
+_K_INGRESS = b"\xa3\x10x-opt-qd.ingress"
+_K_TRACE = b"\xa3\x0ex-opt-qd.trace"
+_K_STREAM = b"\xa3\x0fx-opt-qd.stream"
+
+
+def _enc_str(s):
+    d = s.encode()
+    n = len(d)
+    if n < 256:
+        return bytes((0xA1, n)) + d
+    return b"\xb1" + _P32(n) + d
+
+
+_STR_CACHE: dict = {}        # router ids and addresses recur constantly: keep their encodings
+
+
+def _enc_str_cached(s):
+    r = _STR_CACHE.get(s)
+    if r is None:
+        if type(s) is not str and not isinstance(s, str):
+            raise TypeError(f"expected str, got {type(s).__name__}")
+        r = _enc_str(s)
+        if len(_STR_CACHE) >= 4096:
+            _STR_CACHE.clear()
+        _STR_CACHE[s] = r
+    return r
+
+
+def _enc_int(i):
+    if -128 <= i <= 127:
+        return bytes((0x54, i & 0xFF))
+    if -(1 << 31) <= i < (1 << 31):
+        return b"\x71" + i.to_bytes(4, "big", signed=True)
+    raise CodecError(f"{i} does not fit in an AMQP int")
+
+
+def _router_entries(to_override, phase, ingress, trace, stream):
+    """(encoded key/value pairs, number of pairs) for the given router annotations."""
+    parts = []
+    count = 0
+    if to_override is not None:
+        parts.append(_K_TO)
+        parts.append(_enc_str_cached(to_override))
+        count = 1
+    if phase is not None:
+        parts.append(_K_PHASE)
+        parts.append(_enc_int(int(phase)))
+        count += 1
+    if ingress is not None:
+        parts.append(_K_INGRESS)
+        parts.append(_enc_str_cached(ingress))
+        count += 1
+    if trace is not None:
+        parts.append(_K_TRACE)
+        n = len(trace)
+        if n:
+            items = b"".join([_enc_str_cached(t) for t in trace])
+            size = len(items)
+            if size < 255 and n < 256:
+                parts.append(bytes((0xC0, size + 1, n)))
+            else:
+                parts.append(b"\xd0" + _P32(size + 4) + _P32(n))
+            parts.append(items)
+        else:
+            parts.append(b"\x45")
+        count += 1
+    if stream is not None:
+        parts.append(_K_STREAM)
+        parts.append(_enc_int(int(stream)))
+        count += 1
+    return b"".join(parts), count
+
+
+def set_router_annotations(msg: bytes, *, to_override=None, phase=None, ingress=None, trace=None,
+                           stream=None) -> bytes:
+    """Replace the router annotations: every existing ``x-opt-qd.*`` key is removed, then the given
+    (non-None) ones are appended after all user annotations, in the order to, phase, ingress, trace,
+    stream. ``to_override``/``ingress`` encode as AMQP string, ``phase``/``stream`` as AMQP int
+    (smallint when it fits), ``trace`` as a list of strings. The message-annotations section is created
+    after header/delivery-annotations when absent, and dropped when it ends up empty. Returns ``msg``
+    itself when nothing changes (no router keys present and none given)."""
+    extra, nextra = _router_entries(to_override, phase, ingress, trace, stream)
+    try:
+        pos, code, vpos = _walk(msg, 2)
+        if code == 0x72:
+            send = _section_end(msg, vpos, 2, len(msg))
+            spans, nuser, router = _ma_split(msg, vpos, send)
+            if not router and not nextra:
+                return msg
+            return _rebuild_ma(msg, pos, vpos, send, spans, nuser, extra, nextra)
+        if not nextra:
+            return msg
+        return b"".join((msg[:pos], b"\x00\x53\x72", _map_header(len(extra), 2 * nextra), extra,
+                         msg[pos:]))
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
