@@ -59,6 +59,13 @@ async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED)
         address_entities=cfg.addresses,
         clock=trio.current_time,
     )
+    # The signal handler is installed before anything is announced, so a SIGTERM that follows the
+    # ready line always means a graceful shutdown.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        await _serve(router, cfg, signals, task_status)
+
+
+async def _serve(router: Router, cfg: RouterConfig, signals, task_status) -> None:
     async with trio.open_nursery() as nursery:
         bound = []
         for entity in cfg.listeners:
@@ -92,10 +99,9 @@ async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED)
             )
         print(f"tdrouterd: ready (router id {router.id})", flush=True)
         task_status.started(router)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                log.info("signal %d: shutting down", signum)
-                break
+        async for signum in signals:
+            log.info("signal %d: shutting down", signum)
+            break
         router.close_all()
         with trio.move_on_after(SHUTDOWN_GRACE_SECONDS):
             while router.connections:

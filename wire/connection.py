@@ -112,6 +112,7 @@ class EngineConnection:
         self._transport_ptr = t._impl
         self._closed_reported = False
         self.remote_closed = False
+        self.eof = False
         self.output = raw.OutputBuffer()
         self.wake = _noop  # the driver installs its wake-up function
         self.error: str | None = None
@@ -141,6 +142,9 @@ class EngineConnection:
         self.process()
 
     def feed_eof(self) -> None:
+        """The peer closed its sending side. Whatever the engine still has to say may be written, then
+        the connection is over (the driver stops once output runs dry), even mid-frame."""
+        self.eof = True
         raw.transport_close_tail(self._transport_ptr)
         self.process()
 

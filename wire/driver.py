@@ -59,6 +59,8 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection) -> N
                 if out:
                     await stream.send_all(out)
                     continue
+                if engine.eof:
+                    break  # the peer stopped sending and everything we had is written
                 deadline = engine.tick(trio.current_time())
                 if engine.finished:
                     break
