@@ -66,7 +66,11 @@ class Router(Forwarder, ConnectionHandler):
             return
         if rl.incoming:
             if not raw.delivery_readable(d):
-                return  # a state change on a delivery we already took: the outcome is ours to send
+                # A delivery we already took: only the producer settling after our mirrored outcome
+                # matters (see Forwarder.producer_settled).
+                if self._mirrored and raw.delivery_settled(d):
+                    self.producer_settled(d)
+                return
             limit = engine.settings.max_message_size
             if raw.delivery_partial(d):
                 chunk = raw.recv_all(lp)

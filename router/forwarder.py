@@ -48,6 +48,9 @@ class Forwarder:
     parser: object
 
     def _init_forwarder(self) -> None:
+        # incoming delivery -> (outgoing link, outgoing delivery, InDelivery) for anycast outcomes that
+        # reached the producer before either side settled
+        self._mirrored: dict = {}
         self.dropped_presettled = 0
         self.deliveries_no_route = 0
         self.rejected_unavailable = 0
@@ -155,7 +158,7 @@ class Forwarder:
         while credit > 0 and q:
             ind = q.popleft()
             seq += 1
-            od = _send_message(ptr, seq.to_bytes(8, "little"), ind.msg)
+            od = _send_message(ptr, b"%x" % seq, ind.msg)  # ASCII tags: some clients decode them as text
             credit -= 1
             sent += 1
             if ind.ptr is None or presettled_out:
@@ -200,12 +203,23 @@ class Forwarder:
     def outgoing_update(self, ol: RouterLink, d) -> None:
         """A disposition arrived for one of our outgoing deliveries."""
         state = _delivery_remote_state(d)
-        settled = _delivery_settled(d)
-        if not settled and state not in raw.TERMINAL_STATES:
+        if not _delivery_settled(d):
+            if state in raw.TERMINAL_STATES:
+                self._mirror_unsettled(ol, d, state)
             return  # received / non-terminal: nothing to pass on
         ind = ol.unsettled.pop(d, None)
+        src = d
         if state == 0 or state == raw.RECEIVED:
             state = ACCEPTED  # settled without an outcome: the spec's default outcome
+            src = None
+        self._count_outcome(ol, state)
+        if ind is not None:
+            ind.copies -= 1
+            self._copy_done(ind, state, src)
+        _delivery_settle(d)
+
+    @staticmethod
+    def _count_outcome(ol: RouterLink, state: int) -> None:
         if state == ACCEPTED:
             ol.accepted += 1
         elif state == RELEASED:
@@ -214,10 +228,46 @@ class Forwarder:
             ol.rejected += 1
         else:
             ol.modified += 1
-        if ind is not None:
+
+    def _mirror_unsettled(self, ol: RouterLink, d, state: int) -> None:
+        """The consumer gave an outcome but has not settled (rcv-settle-mode second, or later).
+
+        Anycast: the outcome goes to the producer now, unsettled; settlement follows from whichever
+        side settles first (the consumer's settle reaches the producer, the producer's the consumer).
+        A multicast copy's outcome is final at once: the merged outcome can only go upstream at the end.
+        """
+        ind = ol.unsettled.get(d)
+        if ind is None or ind.ptr is None:
+            return
+        if ind.multicast:
+            del ol.unsettled[d]
+            self._count_outcome(ol, state)
             ind.copies -= 1
             self._copy_done(ind, state, d)
-        _delivery_settle(d)
+            _delivery_settle(d)
+            return
+        if ind.outcome:
+            return  # already mirrored
+        ind.outcome = state
+        self._mirrored[ind.ptr] = (ol, d, ind)
+        if not ind.link.closed:
+            raw.copy_outcome(d, ind.ptr)
+            ind.link.engine.wake()
+
+    def producer_settled(self, in_ptr) -> None:
+        """The producer settled a delivery whose outcome we mirrored: settle the consumer's copy too."""
+        entry = self._mirrored.pop(in_ptr, None)
+        if entry is None:
+            return
+        ol, od, ind = entry
+        ind.ptr = None
+        _delivery_settle(in_ptr)
+        if ol.unsettled.pop(od, None) is not None:
+            ind.copies -= 1
+            self._count_outcome(ol, ind.outcome)
+            if not ol.closed:
+                _delivery_settle(od)
+                ol.engine.wake()
 
     def _copy_done(self, ind: InDelivery, state: int, src) -> None:
         """One copy reached a terminal state; settle upstream when the last one has."""
@@ -234,11 +284,16 @@ class Forwarder:
         ind.ptr = None
         if ind.buffered == 0:
             ind.msg = None
+        mirrored = False
+        if self._mirrored and self._mirrored.pop(in_ptr, None) is not None:
+            mirrored = True  # the producer already has an outcome; only settlement is missing
         il = ind.link
         if il.closed:
             return
         if src is not None:
             raw.copy_outcome(src, in_ptr)
+        elif mirrored:
+            pass
         elif state == MODIFIED:
             raw.set_modified(in_ptr, failed=True)
         else:
@@ -261,6 +316,7 @@ class Forwarder:
     def _no_route(self, ind: InDelivery, to) -> None:
         """Fanout 0: released when unsettled, dropped and counted when pre-settled; unavailable rejects."""
         if to and self._is_unavailable(to):
+            self.rejected_unavailable += 1
             self._reject(ind, "amqp:not-found", f"address {to} is unavailable")
             return
         if ind.ptr is None:

@@ -23,6 +23,8 @@ log = logging.getLogger("wire.driver")
 READ_CHUNK = 64 * 1024
 # After we send a close frame, how long the peer gets to answer with its own before the socket goes.
 CLOSE_GRACE_SECONDS = 2.0
+# Beyond this many doublings every sane max delay is long reached.
+MAX_BACKOFF_EXPONENT = 64
 
 
 async def run_connection(stream: trio.abc.Stream, engine: EngineConnection) -> None:
@@ -64,6 +66,8 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection) -> N
                 deadline = engine.tick(trio.current_time())
                 if engine.finished:
                     break
+                if engine.transport.pending() > 0:
+                    continue  # tick produced a heartbeat or an idle-timeout close: write it now
                 if engine.connection.state & 4 and close_deadline == math.inf:  # LOCAL_CLOSED
                     close_deadline = trio.current_time() + CLOSE_GRACE_SECONDS
                 if trio.current_time() >= close_deadline:
@@ -137,7 +141,9 @@ class Backoff:
         """Delay before the next attempt after ``failures`` consecutive failures; None = give up."""
         if self.max_attempts and failures >= self.max_attempts:
             return None
-        return min(self.max_delay, self.initial * (self.multiplier ** max(0, failures - 1)))
+        # Cap the exponent: a peer down for days must not overflow the float (it would end the daemon).
+        exponent = min(max(0, failures - 1), MAX_BACKOFF_EXPONENT)
+        return min(self.max_delay, self.initial * (self.multiplier ** exponent))
 
 
 async def run_connector(host: str, port: int, make_engine: Callable[[str], EngineConnection], backoff: Backoff,

@@ -116,6 +116,8 @@ def recv_all(link) -> bytes:
 def send_message(link, tag: bytes, payload: bytes):
     """Create a delivery on a sender link, write the whole message and advance. Returns the delivery."""
     d = _pn_delivery(link, (len(tag), _from_buffer(tag)))
+    if type(payload) is not bytes:  # cffi passes only bytes as char*; proton's encode() gives bytearray
+        payload = bytes(payload)
     _pn_link_send(link, payload, len(payload))
     link_advance(link)
     return d
@@ -130,10 +132,8 @@ def copy_outcome(src, dst) -> int:
     """
     state = delivery_remote_state(src)
     if state == REJECTED:
-        lib.pn_condition_copy(
-            lib.pn_disposition_condition(lib.pn_delivery_local(dst)),
-            lib.pn_disposition_condition(lib.pn_delivery_remote(src)),
-        )
+        copy_condition(lib.pn_disposition_condition(lib.pn_delivery_remote(src)),
+                       lib.pn_disposition_condition(lib.pn_delivery_local(dst)))
     elif state == MODIFIED:
         remote = lib.pn_delivery_remote(src)
         local = lib.pn_delivery_local(dst)
@@ -142,6 +142,17 @@ def copy_outcome(src, dst) -> int:
         lib.pn_data_copy(lib.pn_disposition_annotations(local), lib.pn_disposition_annotations(remote))
     delivery_update(dst, state)
     return state
+
+
+def copy_condition(src, dst) -> None:
+    """Copy an error condition (name, description, info map); the cffi module has no pn_condition_copy."""
+    name = lib.pn_condition_get_name(src)
+    if name:
+        lib.pn_condition_set_name(dst, name)
+    desc = lib.pn_condition_get_description(src)
+    if desc:
+        lib.pn_condition_set_description(dst, desc)
+    lib.pn_data_copy(lib.pn_condition_info(dst), lib.pn_condition_info(src))
 
 
 def set_modified(delivery, failed: bool = True, undeliverable: bool = False) -> None:
@@ -191,6 +202,8 @@ transport_closed = lib.pn_transport_closed
 
 def transport_push(transport, data: bytes) -> int:
     """Feed received bytes to the engine. Returns the count taken or a negative error."""
+    if type(data) is not bytes:
+        data = bytes(data)
     return _pn_transport_push(transport, data, len(data))
 
 

@@ -1,0 +1,113 @@
+"""tdbench end to end: a real tdrouterd subprocess, the lean client, and the direct (no router) run.
+
+Small loads (2,000 messages) so the whole module takes a few seconds; the figures are only checked for
+sanity (everything arrived and was accepted, a positive rate, p50 <= p99), not for speed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tools.bench import REPO_ROOT, parse_router_url, run_bench
+from tools.benchclient import MessageTemplate, process_cpu_seconds, split
+
+N = 2000
+
+
+def _check_phase(r: dict, *, presettled: bool, router: bool) -> None:
+    assert r["errors"] == []
+    assert r["complete"]
+    assert r["sent"] == N
+    assert r["received"] == N
+    assert r["lost"] == 0
+    assert r["measured_messages"] == N - int(N * 0.05)
+    assert r["msgs_per_s"] > 0
+    assert 0 < r["p50_us"] <= r["p99_us"] <= r["max_us"]
+    assert r["client_cpu_us_per_msg"] is not None and r["client_cpu_us_per_msg"] >= 0
+    if presettled:
+        assert r["accepted"] == 0
+    else:
+        assert r["accepted"] == N
+        assert r["non_accepted"] == {}
+    if router:
+        assert r["router_cpu_us_per_msg"] is not None and r["router_cpu_us_per_msg"] >= 0
+    else:
+        assert r["router_cpu_us_per_msg"] is None
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("presettled", [False, True], ids=["at-least-once", "presettled"])
+def test_bench_via_router_and_direct(presettled):
+    rep = run_bench(messages=N, presettled=presettled, duration_limit=60)
+    assert rep["ok"], rep["problems"]
+    assert rep["mode"] == ("presettled" if presettled else "at-least-once")
+    _check_phase(rep["router"], presettled=presettled, router=True)
+    _check_phase(rep["direct"], presettled=presettled, router=False)
+    assert rep["ratio"] > 0
+
+
+@pytest.mark.system
+def test_bench_several_senders_and_receivers():
+    rep = run_bench(messages=N, senders=2, receivers=3, window=50, duration_limit=60)
+    assert rep["ok"], rep["problems"]
+    _check_phase(rep["router"], presettled=False, router=True)
+    _check_phase(rep["direct"], presettled=False, router=False)
+
+
+@pytest.mark.system
+def test_cli_json_and_exit_status():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "--messages", str(N), "--size", "300", "--no-direct", "--json"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["ok"] and "direct" not in rep and rep["size"] == 300
+    _check_phase(rep["router"], presettled=False, router=True)
+
+
+@pytest.mark.system
+def test_a_run_that_cannot_deliver_fails(tmp_path):
+    """The bench's address is unavailable: the receiver's attach is refused, the run says so, exit 1."""
+    conf = tmp_path / "router.conf"
+    conf.write_text(
+        "router {\n    mode: standalone\n    id: Bench.Fail\n}\n"
+        "listener {\n    host: 127.0.0.1\n    port: 0\n    authenticatePeer: no\n}\n"
+        "address {\n    prefix: bench\n    distribution: unavailable\n}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "--messages", "200", "--no-direct", "--router-config", str(conf),
+         "--duration-limit", "20"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED" in proc.stdout
+    assert "amqp:not-found" in proc.stdout
+
+
+# -- pure helpers (no processes) ---------------------------------------------------------------------
+
+
+def test_template_carries_the_timestamp_at_a_fixed_offset():
+    t = MessageTemplate(100)
+    msg = t.encode(123456789)
+    assert len(msg) == t.encoded_size
+    assert t.timestamp(msg) == 123456789
+    with pytest.raises(ValueError):
+        MessageTemplate(4)
+
+
+def test_split_and_urls():
+    assert split(10, 3) == [4, 3, 3]
+    assert sum(split(200000, 7)) == 200000
+    assert parse_router_url("amqp://127.0.0.1:5673") == ("127.0.0.1", 5673)
+    assert parse_router_url("localhost") == ("127.0.0.1", 5672)
+    with pytest.raises(Exception):
+        parse_router_url("amqp://example.com:5672")
+    import os
+
+    assert process_cpu_seconds(os.getpid()) > 0
