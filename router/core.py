@@ -71,7 +71,7 @@ class Router(Forwarder, ConnectionHandler):
                 if self._mirrored and raw.delivery_settled(d):
                     self.producer_settled(d)
                 return
-            limit = engine.settings.max_message_size
+            limit = rl.max_message_size
             if raw.delivery_partial(d):
                 chunk = raw.recv_all(lp)
                 if chunk:

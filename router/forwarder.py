@@ -38,6 +38,7 @@ _delivery_remote_state = raw.delivery_remote_state
 _link_credit = raw.link_credit
 _link_flow = raw.link_flow
 _send_message = raw.send_message
+_send_ring_tagged = raw.send_ring_tagged
 
 
 class Forwarder:
@@ -51,6 +52,7 @@ class Forwarder:
         # incoming delivery -> (outgoing link, outgoing delivery, InDelivery) for anycast outcomes that
         # reached the producer before either side settled
         self._mirrored: dict = {}
+        self._dirty: list = []  # outgoing links with deliveries queued in this batch
         self.dropped_presettled = 0
         self.deliveries_no_route = 0
         self.rejected_unavailable = 0
@@ -94,27 +96,36 @@ class Forwarder:
             return
         addr.deliveries_ingress += 1
         dist = addr.distribution
-        if dist == CLOSEST:
-            n = len(rlinks)
-            ol = rlinks[addr.rr % n]
-            addr.rr += 1
-            self._enqueue(ind, ol)
-        elif dist == BALANCED:
-            self._enqueue(ind, self._pick_balanced(addr, rlinks))
-        elif dist == MULTICAST:
+        if dist == MULTICAST:
             # Count every copy before sending any: credit and the message bytes must only be released
             # when the last copy has left, not after the first.
             ind.multicast = True
             n = len(rlinks)
             ind.copies += n
             ind.buffered += n
-            targets = list(rlinks)
-            for ol in targets:
+            dirty = self._dirty
+            for ol in rlinks:
                 ol.undelivered.append(ind)
-            for ol in targets:
-                self.pump(ol)
-        else:  # unavailable: attaches are refused, so only a reconfigured address gets here
+                if not ol.dirty:
+                    ol.dirty = True
+                    dirty.append(ol)
+            return
+        if dist == UNAVAILABLE:  # attaches are refused, so only a reconfigured address gets here
             self._reject(ind, "amqp:not-found", f"address {addr.name} is unavailable")
+            return
+        if len(rlinks) == 1:
+            ol = rlinks[0]
+        elif dist == CLOSEST:
+            ol = rlinks[addr.rr % len(rlinks)]
+            addr.rr += 1
+        else:
+            ol = self._pick_balanced(addr, rlinks)
+        ind.copies += 1
+        ind.buffered += 1
+        ol.undelivered.append(ind)
+        if not ol.dirty:
+            ol.dirty = True
+            self._dirty.append(ol)
 
     @staticmethod
     def _pick_balanced(addr, rlinks):
@@ -135,11 +146,15 @@ class Forwarder:
                 best, best_value, best_eligible = ol, value, eligible
         return best
 
-    def _enqueue(self, ind: InDelivery, ol: RouterLink) -> None:
-        ind.copies += 1
-        ind.buffered += 1
-        ol.undelivered.append(ind)
-        self.pump(ol)
+    def on_batch_end(self) -> None:
+        """Send what this batch of events queued: one credit check and one wake-up per link and batch."""
+        dirty = self._dirty
+        if dirty:
+            self._dirty = []
+            for ol in dirty:
+                ol.dirty = False
+                if not ol.closed:
+                    self.pump(ol)
 
     # -- departure -------------------------------------------------------------------------------
     def pump(self, ol: RouterLink) -> None:
@@ -155,10 +170,14 @@ class Forwarder:
         presettled_out = ol.presettled_out
         seq = ol.tag_seq
         sent = 0
+        ring_ok = len(unsettled) + credit < raw.TAG_RING
         while credit > 0 and q:
             ind = q.popleft()
             seq += 1
-            od = _send_message(ptr, b"%x" % seq, ind.msg)  # ASCII tags: some clients decode them as text
+            if ring_ok:
+                od = _send_ring_tagged(ptr, seq, ind.msg)
+            else:  # more unsettled than the tag ring holds: unique tags the slow way
+                od = _send_message(ptr, b"x%x" % seq, ind.msg)
             credit -= 1
             sent += 1
             if ind.ptr is None or presettled_out:
@@ -208,11 +227,35 @@ class Forwarder:
                 self._mirror_unsettled(ol, d, state)
             return  # received / non-terminal: nothing to pass on
         ind = ol.unsettled.pop(d, None)
-        src = d
-        if state == 0 or state == raw.RECEIVED:
+        if state == ACCEPTED and ind is not None and not ind.multicast:
+            # The common case, inlined: an anycast copy accepted and settled by its consumer.
+            ol.accepted += 1
+            _delivery_settle(d)
+            in_ptr = ind.ptr
+            if in_ptr is not None:
+                ind.ptr = None
+                ind.copies = 0
+                if ind.buffered == 0:
+                    ind.msg = None
+                if self._mirrored:
+                    self._mirrored.pop(in_ptr, None)
+                il = ind.link
+                if not il.closed:
+                    _delivery_update(in_ptr, ACCEPTED)
+                    _delivery_settle(in_ptr)
+                    il.engine.wake()
+            return
+        if state == ACCEPTED or state == RELEASED:
+            src = None  # no details to carry: a plain state update upstream
+        elif state == 0 or state == raw.RECEIVED:
             state = ACCEPTED  # settled without an outcome: the spec's default outcome
             src = None
-        self._count_outcome(ol, state)
+        else:
+            src = d
+        if state == ACCEPTED:
+            ol.accepted += 1
+        else:
+            self._count_outcome(ol, state)
         if ind is not None:
             ind.copies -= 1
             self._copy_done(ind, state, src)

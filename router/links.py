@@ -37,7 +37,7 @@ class RouterLink:
         # incoming
         "outstanding", "owed_credit", "credit_batch", "withheld",
         # outgoing
-        "undelivered", "unsettled", "tag_seq", "presettled_out",
+        "undelivered", "unsettled", "tag_seq", "presettled_out", "dirty", "max_message_size",
         # state and counters
         "closed", "dynamic_address", "delivery_count", "accepted", "rejected", "released",
         "modified", "presettled", "dropped_presettled",
@@ -62,6 +62,8 @@ class RouterLink:
         self.unsettled: dict = {}  # outgoing delivery pointer -> InDelivery
         self.tag_seq = 0
         self.presettled_out = False  # the receiver asked for settled deliveries
+        self.dirty = False  # queued deliveries wait for the end of the event batch to be sent
+        self.max_message_size = conn.engine.settings.max_message_size
         self.closed = False
         self.dynamic_address = None
         self.delivery_count = 0

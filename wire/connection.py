@@ -77,6 +77,9 @@ class ConnectionHandler:
     def on_connection_close(self, conn: "EngineConnection") -> None:
         """Called exactly once when the connection is over (closed by either side or lost)."""
 
+    def on_batch_end(self) -> None:
+        """Called after each drained batch of events: the place to do work once per batch, not per event."""
+
 
 class EngineConnection:
     """A proton engine for one connection, driven by explicit calls (no I/O, no reactor)."""
@@ -189,16 +192,19 @@ class EngineConnection:
         peek = raw.collector_peek
         pop = raw.collector_pop
         etype = raw.event_type
-        h = self.handler
+        event_delivery = raw.event_delivery
+        on_delivery = self.handler.on_delivery
+        delivery_event = raw.PN_DELIVERY
         while True:
             ev = peek(coll)
             if not ev:
+                self.handler.on_batch_end()
                 return
             t = etype(ev)
-            if t == raw.PN_DELIVERY:
-                h.on_delivery(self, raw.event_delivery(ev))
+            if t == delivery_event:
+                on_delivery(self, event_delivery(ev))
             elif t == raw.PN_LINK_FLOW:
-                h.on_link_flow(self, raw.event_link(ev))
+                self.handler.on_link_flow(self, raw.event_link(ev))
             elif t in _COLD_EVENTS:
                 self._cold(t, ev)
             pop(coll)
