@@ -9,6 +9,9 @@ private to the ``wire`` package; everything else should import the public names 
 
 Malformed input raises :class:`CodecError` (a ``ValueError``), never ``IndexError``/``struct.error``.
 
+Why one module of ~700 lines: the wrapper classes, the constructor tables, the encoder and the decoder
+must agree on every type code; split apart, each half would be unreadable without the other open.
+
 :func:`encode_value` / :func:`decode_value` map AMQP types to Python:
 
 =================  ===========================================================================
