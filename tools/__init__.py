@@ -1,0 +1,1 @@
+"""Operator and developer tools shipped with trio-dispatch (tdbench)."""

@@ -1,0 +1,584 @@
+"""tdbench's load client: lean AMQP senders and receivers on the raw engine layer (:mod:`wire.raw`).
+
+Why not proton's reactor: it costs ~55 µs of CPU per message per side, so a reactor client pair tops
+out near 18k msg/s and would measure itself, not the router (``shared/reference/performance-notes.md``).
+Here every connection is a :class:`wire.connection.EngineConnection` driven by
+:func:`wire.driver.run_connection` over a Trio TCP stream, all in one thread. Links are attached with
+the object API (cold path); everything per message is a handful of raw engine calls:
+
+- a sender writes a pre-encoded message whose body starts with the send time
+  (``time.perf_counter_ns``, 8 bytes little-endian) patched in at a fixed offset from the end;
+- a receiver reads the message, takes the timestamp back from the same offset, accepts and settles
+  (or just settles a pre-settled delivery) and returns credit in batches.
+
+One :class:`LoadRun` holds the counters and the measurement window of one load (via a router, or
+sender-to-receiver directly); :func:`run_via_peer` and :func:`run_direct` run one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import struct
+import time
+from array import array
+
+import proton
+import trio
+
+from wire import raw
+from wire.codec import encode_message, message_body_bytes
+from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
+from wire.driver import run_connection, serve_listener
+
+# Receivers' credit window and how much credit they hand back at a time.
+RECEIVER_CREDIT = 1000
+RECEIVER_CREDIT_BATCH = 250
+# Direct mode: the receiving end's credit window per incoming link (the router's linkCapacity default
+# is 250, we give the same so both runs see the same flow control)...
+DIRECT_LINK_CAPACITY = 250
+# ...replenished in batches of a tenth, like the router does.
+DIRECT_CREDIT_BATCH = 25
+# A load with no progress for this long is stuck: stop and report it.
+STALL_SECONDS = 10.0
+# How long the connections get to exchange close frames at the end of a run.
+CLOSE_SECONDS = 3.0
+TIMESTAMP_BYTES = 8
+# The max-frame-size the bench's receivers advertise: messages up to MAX_UNSPLIT bytes arrive in one frame.
+CLIENT_MAX_FRAME = 65536
+MAX_UNSPLIT = CLIENT_MAX_FRAME - 4096
+
+_now = time.perf_counter_ns
+_pack_ts = struct.Struct("<q").pack
+_unpack_ts = struct.Struct("<q").unpack_from
+_pack_tag = struct.Struct("<I").pack
+
+_delivery_link = raw.delivery_link
+_readable = raw.delivery_readable
+_partial = raw.delivery_partial
+_remote_settled = raw.delivery_settled
+_remote_state = raw.delivery_remote_state
+_update = raw.delivery_update
+_settle = raw.delivery_settle
+_advance = raw.link_advance
+_credit = raw.link_credit
+_flow = raw.link_flow
+_recv_all = raw.recv_all
+_pn_delivery = raw.lib.pn_delivery
+_pn_link_send = raw.lib.pn_link_send
+ACCEPTED = raw.ACCEPTED
+TERMINAL_STATES = raw.TERMINAL_STATES
+OUTCOME_NAMES = {raw.ACCEPTED: "accepted", raw.REJECTED: "rejected", raw.RELEASED: "released",
+                 raw.MODIFIED: "modified", raw.RECEIVED: "received", 0: "none"}
+
+
+class MessageTemplate:
+    """A message encoded once; each send patches the timestamp into the body at a fixed offset.
+
+    The body (one data section of ``size`` bytes) is the last section, so the timestamp sits
+    ``size`` bytes before the end of the message whatever a router adds in front of the body.
+    """
+
+    def __init__(self, size: int, address: str | None = None):
+        if size < TIMESTAMP_BYTES:
+            raise ValueError(f"message size must be at least {TIMESTAMP_BYTES} bytes (the timestamp)")
+        self.size = size
+        body = bytes(TIMESTAMP_BYTES) + b"\xa5" * (size - TIMESTAMP_BYTES)
+        msg = encode_message(body=body, to=address)
+        off = len(msg) - size
+        assert msg[off:] == body and message_body_bytes(msg) == body
+        self.head = msg[:off]
+        self.tail = msg[off + TIMESTAMP_BYTES:]
+        self.encoded_size = len(msg)
+
+    def encode(self, ts_ns: int) -> bytes:
+        return self.head + _pack_ts(ts_ns) + self.tail
+
+    def timestamp(self, msg: bytes) -> int:
+        """The send time carried by a received message (checked with the codec; cold path)."""
+        body = message_body_bytes(msg)
+        if body is None or len(body) != self.size:
+            raise ValueError("not a tdbench message")
+        return _unpack_ts(body, 0)[0]
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process from /proc/<pid>/stat, in seconds (None when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class LoadRun:
+    """Counters and the measurement window of one load. Single-threaded (Trio): no locks."""
+
+    def __init__(self, total: int, warmup: int, size: int, presettled: bool, router_pid: int | None = None):
+        self.total = total
+        self.warmup = max(1, min(warmup, total - 1)) if total > 1 else 0
+        self.size = size
+        self.presettled = presettled
+        self.router_pid = router_pid
+        self.sent = 0
+        self.received = 0
+        self.accepted = 0
+        self.outcomes: dict[str, int] = {}  # non-accepted outcomes seen by senders
+        self.settled_out = 0  # senders' deliveries that got their final outcome
+        self.latencies = array("q")
+        self.t0 = self.t1 = None  # perf_counter_ns at the start/end of the measured window
+        self.cpu0 = self.cpu1 = None  # client process CPU seconds
+        self.rcpu0 = self.rcpu1 = None  # router CPU seconds
+        self.errors: list[str] = []
+        self.done = trio.Event()
+
+    # -- measurement window ----------------------------------------------------------------------
+    def mark_start(self) -> None:
+        self.t0 = _now()
+        self.cpu0 = time.process_time()
+        if self.router_pid:
+            self.rcpu0 = process_cpu_seconds(self.router_pid)
+
+    def mark_end(self) -> None:
+        self.t1 = _now()
+        self.cpu1 = time.process_time()
+        if self.router_pid:
+            self.rcpu1 = process_cpu_seconds(self.router_pid)
+
+    def check_done(self) -> None:
+        if self.received >= self.total and (self.presettled or self.settled_out >= self.total):
+            self.done.set()
+
+    def progress(self) -> tuple:
+        return (self.sent, self.received, self.settled_out)
+
+    # -- results ---------------------------------------------------------------------------------
+    def result(self) -> dict:
+        measured = self.received - self.warmup if self.t0 is not None else 0
+        t1 = self.t1
+        cpu1 = self.cpu1
+        rcpu1 = self.rcpu1
+        complete = self.t1 is not None
+        if self.t0 is not None and t1 is None:  # cut short: measure what we have
+            t1 = _now()
+            cpu1 = time.process_time()
+            rcpu1 = process_cpu_seconds(self.router_pid) if self.router_pid else None
+        secs = (t1 - self.t0) / 1e9 if self.t0 is not None else 0.0
+        lat = sorted(self.latencies)
+        r = {
+            "sent": self.sent,
+            "received": self.received,
+            "accepted": self.accepted,
+            "non_accepted": dict(self.outcomes),
+            "lost": max(0, self.sent - self.received),
+            "complete": complete and not self.errors,
+            "measured_messages": measured,
+            "measured_seconds": round(secs, 6),
+            "msgs_per_s": round(measured / secs, 1) if secs > 0 and measured > 0 else 0.0,
+            "p50_us": _pct(lat, 0.50),
+            "p99_us": _pct(lat, 0.99),
+            "max_us": round(lat[-1] / 1000, 1) if lat else None,
+            "client_cpu_us_per_msg": _per_msg(self.cpu0, cpu1, measured),
+            "router_cpu_us_per_msg": _per_msg(self.rcpu0, rcpu1, measured),
+            # Share of one core busy over the window: near 1.0 means that process was the bottleneck.
+            "client_cpu_busy": _busy(self.cpu0, cpu1, secs),
+            "router_cpu_busy": _busy(self.rcpu0, rcpu1, secs),
+            "errors": list(self.errors),
+        }
+        return r
+
+
+def _pct(sorted_ns, q: float):
+    if not sorted_ns:
+        return None
+    i = min(len(sorted_ns) - 1, max(0, math.ceil(q * len(sorted_ns)) - 1))
+    return round(sorted_ns[i] / 1000, 1)
+
+
+def _busy(c0, c1, secs: float):
+    if c0 is None or c1 is None or secs <= 0:
+        return None
+    return round((c1 - c0) / secs, 2)
+
+
+def _per_msg(c0, c1, n: int):
+    if c0 is None or c1 is None or n <= 0:
+        return None
+    return round((c1 - c0) * 1e6 / n, 2)
+
+
+class Sender:
+    """One sending link: keeps at most ``window`` deliveries unsettled and never exceeds its credit.
+
+    Per message: ``pn_delivery`` with a pre-built tag, ``pn_link_send``, ``pn_link_advance`` (and
+    ``pn_delivery_settle`` when pre-settled). Tags cycle through a ring larger than the window, so no two
+    unsettled deliveries share one. Every message of one batch carries the same send timestamp: they
+    leave in the same socket write.
+    """
+
+    __slots__ = ("ptr", "obj", "engine", "run", "remaining", "unsettled", "window", "refill", "presettled",
+                 "seq", "head", "tail", "tags", "ring", "_tag_owner")
+
+    def __init__(self, obj, engine: EngineConnection, run: LoadRun, count: int, window: int,
+                 template: MessageTemplate):
+        self.obj = obj  # keep the object-API wrapper alive for the link's life
+        self.ptr = obj._impl
+        self.engine = engine
+        self.run = run
+        self.remaining = count
+        self.unsettled = 0
+        self.window = window
+        self.refill = max(1, window // 10)
+        self.presettled = run.presettled
+        self.seq = 0
+        self.head = template.head
+        self.tail = template.tail
+        self.ring = ring = window + 1024
+        self._tag_owner, self.tags = _tag_ring(ring)
+
+    def pump(self) -> None:
+        ptr = self.ptr
+        n = _credit(ptr)
+        if self.remaining < n:
+            n = self.remaining
+        presettled = self.presettled
+        if not presettled:
+            free = self.window - self.unsettled
+            if free < n:
+                n = free
+        if n <= 0:
+            return
+        payload = self.head + _pack_ts(_now()) + self.tail
+        size = len(payload)
+        tags = self.tags
+        ring = self.ring
+        seq = self.seq
+        new_delivery = _pn_delivery
+        link_send = _pn_link_send
+        advance = _advance
+        if presettled:
+            settle = _settle
+            for _ in range(n):
+                seq += 1
+                d = new_delivery(ptr, tags[seq % ring])
+                link_send(ptr, payload, size)
+                advance(ptr)
+                settle(d)
+        else:
+            for _ in range(n):
+                seq += 1
+                new_delivery(ptr, tags[seq % ring])
+                link_send(ptr, payload, size)
+                advance(ptr)
+            self.unsettled += n
+        self.seq = seq
+        self.remaining -= n
+        self.run.sent += n
+        self.engine.wake()
+
+
+def _tag_ring(n: int):
+    """``n`` distinct 4-byte delivery tags as ready-made ``pn_bytes_t`` values (and their memory)."""
+    buf = raw.ffi.new("char[]", 4 * n)
+    structs = raw.ffi.new("pn_bytes_t[]", n)
+    raw.ffi.memmove(buf, b"".join(_pack_tag(i) for i in range(n)), 4 * n)
+    tags = []
+    for i in range(n):
+        t = structs[i]
+        t.size = 4
+        t.start = buf + 4 * i
+        tags.append(t)
+    return (buf, structs), tags
+
+
+class Receiver:
+    """One receiving link: grants credit and hands it back ``batch`` at a time."""
+
+    __slots__ = ("ptr", "obj", "owed", "batch", "received")
+
+    def __init__(self, ptr, obj, batch: int):
+        self.ptr = ptr
+        self.obj = obj
+        self.owed = 0
+        self.batch = batch
+        self.received = 0
+
+
+class BenchHandler(ConnectionHandler):
+    """Engine events for the bench's connections (both client ends, and direct mode's listening end).
+
+    ``accept_links`` makes it the direct-mode receiving end: every attach from the peer is accepted and
+    an incoming link becomes a :class:`Receiver` with ``DIRECT_LINK_CAPACITY`` credit.
+
+    Receiving: the bench's messages fit in one frame (receivers advertise ``CLIENT_MAX_FRAME``), so the
+    partial check is made only for messages that could be split; a delivery is accepted and settled
+    (at-least-once) or just settled (pre-settled) at once, so it never raises another event.
+    """
+
+    def __init__(self, run: LoadRun, *, accept_links: bool = False, may_split: bool = False):
+        self.run = run
+        self.accept_links = accept_links
+        self.may_split = may_split  # messages may arrive in several transfer frames
+        self.rx: dict = {}  # link pointer -> Receiver
+        self.tx: dict = {}  # link pointer -> Sender
+
+    def on_delivery(self, conn, d) -> None:
+        link = _delivery_link(d)
+        r = self.rx.get(link)
+        if r is not None:
+            if self.may_split and (_partial(d) or not _readable(d)):
+                return  # the rest of a large message is still on its way
+            msg = _recv_all(link)
+            _advance(link)
+            run = self.run
+            if not run.presettled:
+                _update(d, ACCEPTED)
+            _settle(d)
+            n = run.received + 1
+            run.received = n
+            r.received += 1
+            if n > run.warmup:
+                run.latencies.append(_now() - _unpack_ts(msg, len(msg) - run.size)[0])
+                if n >= run.total:
+                    run.mark_end()
+                    run.check_done()
+            elif n == run.warmup:
+                run.mark_start()
+            owed = r.owed + 1
+            if owed >= r.batch:
+                _flow(link, owed)
+                r.owed = 0
+                conn.wake()
+            else:
+                r.owed = owed
+            return
+        s = self.tx.get(link)
+        if s is None:
+            return
+        # An outcome for one of our deliveries.
+        state = _remote_state(d)
+        run = self.run
+        if state == ACCEPTED:
+            run.accepted += 1
+        elif _remote_settled(d) or state in TERMINAL_STATES:
+            name = OUTCOME_NAMES.get(state, str(state))
+            run.outcomes[name] = run.outcomes.get(name, 0) + 1
+        else:
+            return  # not final yet
+        _settle(d)
+        run.settled_out += 1
+        s.unsettled -= 1
+        if s.remaining:
+            free = s.window - s.unsettled
+            if free >= s.refill or free >= s.remaining:
+                s.pump()
+        elif run.settled_out >= run.total:
+            run.check_done()
+
+    def on_link_flow(self, conn, link) -> None:
+        s = self.tx.get(link)
+        if s is not None and s.remaining:
+            s.pump()
+
+    def on_link_open(self, conn, link) -> None:
+        if not self.accept_links:
+            conn.refuse_link(link, "amqp:not-allowed", "tdbench client does not accept attaches")
+            return
+        conn.open_link_like_remote(link)
+        if not raw.link_is_sender(link):  # the peer sends to us
+            self.rx[link] = Receiver(link, None, DIRECT_CREDIT_BATCH)
+            _flow(link, DIRECT_LINK_CAPACITY)
+        conn.wake()
+
+    def on_link_close(self, conn, link, closed: bool) -> None:
+        run = self.run
+        if not run.done.is_set():
+            lo = raw.link_object(link)
+            cond = lo.remote_condition
+            why = f": {cond.name} {cond.description or ''}" if cond is not None else ""
+            run.errors.append(f"link {lo.name} {'closed' if closed else 'detached'} by the peer{why}")
+            run.done.set()
+        self.rx.pop(link, None)
+        self.tx.pop(link, None)
+
+    def on_connection_close(self, conn) -> None:
+        run = self.run
+        if not run.done.is_set():
+            cond = conn.connection.remote_condition
+            why = f": {cond.name} {cond.description or ''}" if cond is not None else ""
+            run.errors.append(f"connection {conn.id} to {conn.remote_host} lost{why}{' ' + conn.error if conn.error else ''}")
+            run.done.set()
+
+
+def client_settings(name: str) -> ConnectionSettings:
+    return ConnectionSettings(container_id=name, offered_capabilities=(), max_frame_size=CLIENT_MAX_FRAME)
+
+
+def attach_sender(engine: EngineConnection, name: str, address: str, presettled: bool):
+    ssn = engine.connection.session()
+    ssn.open()
+    snd = ssn.sender(name)
+    snd.target.address = address
+    snd.snd_settle_mode = proton.Link.SND_SETTLED if presettled else proton.Link.SND_UNSETTLED
+    snd.open()
+    return snd
+
+
+def attach_receiver(engine: EngineConnection, name: str, address: str, presettled: bool, credit: int):
+    ssn = engine.connection.session()
+    ssn.open()
+    rcv = ssn.receiver(name)
+    rcv.source.address = address
+    # The settle mode we ask for is what the router's outgoing link uses.
+    rcv.snd_settle_mode = proton.Link.SND_SETTLED if presettled else proton.Link.SND_UNSETTLED
+    rcv.open()
+    _flow(rcv._impl, credit)
+    return rcv
+
+
+def split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+async def _watch(run: LoadRun, deadline: float) -> None:
+    """Stop a run that stalls (no progress for STALL_SECONDS) or reaches the overall deadline."""
+    last = run.progress()
+    last_change = trio.current_time()
+    while not run.done.is_set():
+        with trio.move_on_at(min(deadline, trio.current_time() + 0.25)):
+            await run.done.wait()
+        now = trio.current_time()
+        if run.done.is_set():
+            return
+        if now >= deadline:
+            run.errors.append("duration limit reached before the run completed")
+            run.done.set()
+            return
+        p = run.progress()
+        if p != last:
+            last, last_change = p, now
+        elif now - last_change >= STALL_SECONDS:
+            run.errors.append(f"no progress for {STALL_SECONDS:.0f} s (sent {run.sent}, received "
+                              f"{run.received}, outcomes {run.settled_out})")
+            run.done.set()
+            return
+
+
+class _Connections:
+    """The client connections of one run and how many of their driver tasks are still running."""
+
+    def __init__(self):
+        self.engines: list[EngineConnection] = []
+        self.running = 0
+
+    async def open(self, host: str, port: int, handler: BenchHandler, name: str, nursery) -> EngineConnection:
+        stream = await trio.open_tcp_stream(host, port)
+        engine = EngineConnection(handler, client_settings(name), server=False, remote_host=f"{host}:{port}")
+        self.engines.append(engine)
+        self.running += 1
+        nursery.start_soon(self._drive, stream, engine)
+        return engine
+
+    async def _drive(self, stream, engine: EngineConnection) -> None:
+        try:
+            await run_connection(stream, engine)
+        finally:
+            self.running -= 1
+
+    async def finish(self, nursery) -> None:
+        """Close every connection with a close frame, let the close handshakes complete, then stop.
+
+        wire's driver aborts the transport once the close frames are exchanged, which proton reports as a
+        "connection aborted" transport error on both ends; at this point that is noise, not news.
+        """
+        conn_log = logging.getLogger("wire.connection")
+        conn_log.addFilter(_quiet_close)
+        try:
+            for e in self.engines:
+                e.close()
+            with trio.move_on_after(CLOSE_SECONDS):
+                while self.running:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        finally:
+            conn_log.removeFilter(_quiet_close)
+
+
+def _quiet_close(record: logging.LogRecord) -> bool:
+    return "transport error" not in record.getMessage()
+
+
+async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, messages: int, size: int,
+                       presettled: bool, window: int, address: str, warmup: int, deadline: float,
+                       router_pid: int | None = None) -> dict:
+    """S senders and R receivers on separate connections to a router at host:port, one address."""
+    run = LoadRun(messages, warmup, size, presettled, router_pid)
+    template = MessageTemplate(size)
+    handler = BenchHandler(run, may_split=template.encoded_size > MAX_UNSPLIT)
+    conns = _Connections()
+    pid = os.getpid()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch, run, deadline)
+        try:
+            # Receivers first, so the address has a destination when the senders attach.
+            for i in range(receivers):
+                e = await conns.open(host, port, handler, f"tdbench-{pid}-rx{i}", nursery)
+                rcv = attach_receiver(e, f"tdbench-rx{i}", address, presettled, RECEIVER_CREDIT)
+                handler.rx[rcv._impl] = Receiver(rcv._impl, rcv, RECEIVER_CREDIT_BATCH)
+                e.wake()
+            for i, count in enumerate(split(messages, senders)):
+                e = await conns.open(host, port, handler, f"tdbench-{pid}-tx{i}", nursery)
+                snd = attach_sender(e, f"tdbench-tx{i}", address, presettled)
+                handler.tx[snd._impl] = Sender(snd, e, run, count, window, template)
+                e.wake()
+        except OSError as exc:
+            run.errors.append(f"cannot connect to {host}:{port}: {exc}")
+            run.done.set()
+        await run.done.wait()
+        await conns.finish(nursery)
+    return run.result()
+
+
+async def run_direct(*, senders: int, messages: int, size: int, presettled: bool, window: int, address: str,
+                     warmup: int, deadline: float) -> dict:
+    """The same load with no router: the receiving end listens on 127.0.0.1 and the senders connect to it.
+
+    Each sender's link gets its own receiving end (so the receiver count is the sender count here).
+    """
+    run = LoadRun(messages, warmup, size, presettled)
+    template = MessageTemplate(size)
+    server_handler = BenchHandler(run, accept_links=True, may_split=template.encoded_size > MAX_UNSPLIT)
+    client_handler = BenchHandler(run)
+    server_settings = ConnectionSettings(container_id=f"tdbench-{os.getpid()}-direct", offered_capabilities=(),
+                                         max_frame_size=CLIENT_MAX_FRAME)
+    server_engines: list[EngineConnection] = []
+
+    def make_engine(remote: str) -> EngineConnection:
+        e = EngineConnection(server_handler, server_settings, server=True, remote_host=remote)
+        server_engines.append(e)
+        return e
+
+    conns = _Connections()
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(serve_listener, "127.0.0.1", 0, make_engine)
+        port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(_watch, run, deadline)
+        try:
+            for i, count in enumerate(split(messages, senders)):
+                e = await conns.open("127.0.0.1", port, client_handler, f"tdbench-{os.getpid()}-dtx{i}", nursery)
+                snd = attach_sender(e, f"tdbench-tx{i}", address, presettled)
+                client_handler.tx[snd._impl] = Sender(snd, e, run, count, window, template)
+                e.wake()
+        except OSError as exc:
+            run.errors.append(f"cannot connect to the receiving end on 127.0.0.1:{port}: {exc}")
+            run.done.set()
+        await run.done.wait()
+        await conns.finish(nursery)
+    return run.result()
