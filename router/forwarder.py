@@ -69,7 +69,9 @@ class Forwarder:
             ind = InDelivery(d, rl, msg)
         rl.delivery_count += 1
         rl.outstanding += 1
-        if ROUTER_ANNOTATION_MARK in msg:
+        # Sections come in order, so when the first one is properties (0x73) or later there is no
+        # message-annotations section to look into; only then is the byte scan skipped.
+        if msg[2:3] < b"\x73" and ROUTER_ANNOTATION_MARK in msg:
             # Router annotations from a normal connection are not trusted (stripAnnotations both).
             try:
                 ind.msg = strip_router_annotations(msg)

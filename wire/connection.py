@@ -180,6 +180,9 @@ class EngineConnection:
 
     def abort(self) -> None:
         """Give up on the connection without a close handshake (socket gone)."""
+        if self.finished:
+            self._report_closed()
+            return
         raw.transport_close_tail(self._transport_ptr)
         raw.transport_close_head(self._transport_ptr)
         self.process()
@@ -245,7 +248,9 @@ class EngineConnection:
             cond = self.transport.condition
             if cond is not None:
                 self.error = f"{cond.name}: {cond.description}"
-                log.warning("connection %d (%s): transport error %s", self.id, self.remote_host, self.error)
+                # After the peer's close frame, a socket closing is the normal end, not news.
+                level = logging.DEBUG if self.remote_closed or self._closed_reported else logging.WARNING
+                log.log(level, "connection %d (%s): transport error %s", self.id, self.remote_host, self.error)
         elif t == raw.PN_TRANSPORT_CLOSED:
             self._report_closed()
 

@@ -21,6 +21,12 @@ log = logging.getLogger("wire.driver")
 
 # Reading 64 KiB at a time keeps the per-wakeup overhead low (2 KiB reads cost +28% CPU when measured).
 READ_CHUNK = 64 * 1024
+# A large read is handled in slices of this size with a schedule point between them, so the output it
+# causes (forwarded messages, credit) is written while the rest is still being processed; otherwise a
+# producer's whole credit window is read, routed and only then sent, and the two sides take turns
+# instead of working in parallel. Measured with tdbench 1x1: +27% msgs/s at 8 KiB (4 KiB: +20%,
+# 16 KiB: +11%, 32 KiB: -3%), for ~0.5-1 us more router CPU per message.
+FEED_SLICE = 8 * 1024
 # After we send a close frame, how long the peer gets to answer with its own before the socket goes.
 CLOSE_GRACE_SECONDS = 2.0
 # Beyond this many doublings every sane max delay is long reached.
@@ -42,8 +48,15 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection) -> N
                 data = await stream.receive_some(READ_CHUNK)
                 if not data:
                     break
-                engine.feed(data)
-                wakeup.set()
+                if len(data) <= FEED_SLICE:
+                    engine.feed(data)
+                    wakeup.set()
+                    continue
+                view = memoryview(data)
+                for off in range(0, len(data), FEED_SLICE):
+                    engine.feed(view[off:off + FEED_SLICE])
+                    wakeup.set()
+                    await trio.lowlevel.checkpoint()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("connection %d read ended: %r", engine.id, exc)
         engine.feed_eof()

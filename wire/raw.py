@@ -225,9 +225,9 @@ transport_closed = lib.pn_transport_closed
 
 def transport_push(transport, data: bytes) -> int:
     """Feed received bytes to the engine. Returns the count taken or a negative error."""
-    if type(data) is not bytes:
-        data = bytes(data)
-    return _pn_transport_push(transport, data, len(data))
+    if type(data) is bytes:
+        return _pn_transport_push(transport, data, len(data))
+    return _pn_transport_push(transport, _from_buffer(data), len(data))  # memoryview/bytearray, no copy
 
 
 class OutputBuffer:

@@ -7,6 +7,7 @@ sanity (everything arrived and was accepted, a positive rate, p50 <= p99), not f
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -28,6 +29,7 @@ def _check_phase(r: dict, *, presettled: bool, router: bool) -> None:
     assert r["msgs_per_s"] > 0
     assert 0 < r["p50_us"] <= r["p99_us"] <= r["max_us"]
     assert r["client_cpu_us_per_msg"] is not None and r["client_cpu_us_per_msg"] >= 0
+    assert r["client_cpu_busy"] is not None and r["client_cpu_busy"] >= 0
     if presettled:
         assert r["accepted"] == 0
     else:
@@ -35,8 +37,9 @@ def _check_phase(r: dict, *, presettled: bool, router: bool) -> None:
         assert r["non_accepted"] == {}
     if router:
         assert r["router_cpu_us_per_msg"] is not None and r["router_cpu_us_per_msg"] >= 0
+        assert r["router_cpu_busy"] is not None
     else:
-        assert r["router_cpu_us_per_msg"] is None
+        assert r["router_cpu_us_per_msg"] is None and r["router_cpu_busy"] is None
 
 
 @pytest.mark.system
@@ -108,6 +111,4 @@ def test_split_and_urls():
     assert parse_router_url("localhost") == ("127.0.0.1", 5672)
     with pytest.raises(Exception):
         parse_router_url("amqp://example.com:5672")
-    import os
-
     assert process_cpu_seconds(os.getpid()) > 0
