@@ -534,3 +534,18 @@ def test_schema_tables_are_consistent():
     assert schema.entity_type("link-route").name == "linkRoute"
     assert schema.entity_type("container").name == "router"
     assert schema.camel_case("idle-timeout-seconds") == "idleTimeoutSeconds"
+
+
+def test_every_schema_attribute_is_documented():
+    """docs/configuration.md is the reference operators read: it must not drift from the schema."""
+    import pathlib
+
+    from router import schema
+
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    missing = []
+    for name in ("router", "listener", "connector", "address", "linkRoute", "autoLink", "log", "sslProfile"):
+        for attr in schema.entity_type(name):
+            if f"| `{attr.name}` |" not in doc:
+                missing.append(f"{name}.{attr.name}")
+    assert not missing, f"undocumented attributes: {missing}"
