@@ -248,8 +248,9 @@ class EngineConnection:
             cond = self.transport.condition
             if cond is not None:
                 self.error = f"{cond.name}: {cond.description}"
-                # After the peer's close frame, a socket closing is the normal end, not news.
-                level = logging.DEBUG if self.remote_closed or self._closed_reported else logging.WARNING
+                # After the peer's close frame a socket closing is the normal end; without one it is a
+                # client that vanished: worth a line, not an alarm.
+                level = logging.DEBUG if self.remote_closed or self._closed_reported else logging.INFO
                 log.log(level, "connection %d (%s): transport error %s", self.id, self.remote_host, self.error)
         elif t == raw.PN_TRANSPORT_CLOSED:
             self._report_closed()

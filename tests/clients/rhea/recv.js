@@ -19,49 +19,8 @@
 
 const container = require('rhea').create_container();
 
-function usage(msg) {
-    process.stderr.write(`recv.js: ${msg}\n`);
-    process.stderr.write('usage: recv.js --url URL --address ADDR --count N ' +
-                         '[--timeout SECONDS] [--credit C] [--dynamic]\n');
-    process.exit(2);
-}
 
-function parseArgs(argv) {
-    const flags = new Set(['dynamic']);
-    const valued = new Set(['url', 'address', 'count', 'timeout', 'credit']);
-    const out = {dynamic: false, timeout: 20, credit: 100};
-    for (let i = 0; i < argv.length; i++) {
-        const arg = argv[i];
-        if (!arg.startsWith('--')) usage(`unexpected argument ${arg}`);
-        const name = arg.slice(2);
-        if (flags.has(name)) {
-            out[name] = true;
-        } else if (valued.has(name)) {
-            if (i + 1 >= argv.length) usage(`${arg} needs a value`);
-            out[name] = argv[++i];
-        } else {
-            usage(`unknown option ${arg}`);
-        }
-    }
-    if (!out.url) usage('--url is required');
-    if (!out.address && !out.dynamic) usage('--address is required (or --dynamic)');
-    if (out.count === undefined) usage('--count is required');
-    out.count = Number.parseInt(out.count, 10);
-    if (!(out.count >= 0)) usage('--count must be a non-negative integer');
-    out.credit = Number.parseInt(out.credit, 10);
-    if (!(out.credit > 0)) usage('--credit must be a positive integer');
-    out.timeout = Number.parseFloat(out.timeout);
-    if (!(out.timeout > 0)) usage('--timeout must be a positive number');
-    return out;
-}
 
-// Must match makeBody() in send.js.
-function makeBody(i, size) {
-    if (size === undefined) return `m${i}`;
-    const prefix = `m${i}:`;
-    if (prefix.length >= size) return prefix.slice(0, size);
-    return prefix + 'x'.repeat(size - prefix.length);
-}
 
 function bodyOk(id, body) {
     if (typeof body !== 'string') return false;
@@ -75,7 +34,18 @@ function jsonId(id) {
     return id === undefined ? null : id;
 }
 
-const opts = parseArgs(process.argv.slice(2));
+const {parseOptions, makeBody, describe} = require('./common');
+
+const {opts, usage} = parseOptions(process.argv.slice(2), {
+    script: 'recv.js',
+    usageLine: '--url URL --address ADDR --count N [--timeout SECONDS] [--credit C] [--dynamic]',
+    flags: ['dynamic'],
+    valued: ['url', 'address', 'count', 'timeout', 'credit'],
+    defaults: {dynamic: false, credit: 100},
+});
+if (!opts.address && !opts.dynamic) usage('--address is required (or --dynamic)');
+opts.credit = Number.parseInt(opts.credit, 10);
+if (!(opts.credit > 0)) usage('--credit must be a positive integer');
 const url = new URL(opts.url);
 
 const result = {received: 0, ids: [], bodies_ok: true};
@@ -91,13 +61,6 @@ function finish(ok) {
     process.stdout.write(JSON.stringify(result) + '\n', () => process.exit(ok ? 0 : 1));
 }
 
-function describe(err) {
-    if (!err) return 'unknown error';
-    if (err.condition || err.description) {
-        return `${err.condition || 'error'}: ${err.description || ''}`.trim();
-    }
-    return String(err.message || err);
-}
 
 const timer = setTimeout(() => {
     errors.push(`timeout after ${opts.timeout}s with ${result.received}/${opts.count} messages`);

@@ -17,52 +17,23 @@
 
 const container = require('rhea').create_container();
 
-function usage(msg) {
-    process.stderr.write(`send.js: ${msg}\n`);
-    process.stderr.write('usage: send.js --url URL --address ADDR --count N ' +
-                         '[--size BYTES] [--presettled] [--anonymous] [--timeout SECONDS]\n');
-    process.exit(2);
-}
 
-function parseArgs(argv) {
-    const flags = new Set(['presettled', 'anonymous']);
-    const valued = new Set(['url', 'address', 'count', 'size', 'timeout']);
-    const out = {presettled: false, anonymous: false, timeout: 20};
-    for (let i = 0; i < argv.length; i++) {
-        const arg = argv[i];
-        if (!arg.startsWith('--')) usage(`unexpected argument ${arg}`);
-        const name = arg.slice(2);
-        if (flags.has(name)) {
-            out[name] = true;
-        } else if (valued.has(name)) {
-            if (i + 1 >= argv.length) usage(`${arg} needs a value`);
-            out[name] = argv[++i];
-        } else {
-            usage(`unknown option ${arg}`);
-        }
-    }
-    if (!out.url) usage('--url is required');
-    if (!out.address) usage('--address is required');
-    if (out.count === undefined) usage('--count is required');
-    out.count = Number.parseInt(out.count, 10);
-    if (!(out.count >= 0)) usage('--count must be a non-negative integer');
-    if (out.size !== undefined) {
-        out.size = Number.parseInt(out.size, 10);
-        if (!(out.size >= 0)) usage('--size must be a non-negative integer');
-    }
-    out.timeout = Number.parseFloat(out.timeout);
-    if (!(out.timeout > 0)) usage('--timeout must be a positive number');
-    return out;
-}
 
-function makeBody(i, size) {
-    if (size === undefined) return `m${i}`;
-    const prefix = `m${i}:`;
-    if (prefix.length >= size) return prefix.slice(0, size);
-    return prefix + 'x'.repeat(size - prefix.length);
-}
 
-const opts = parseArgs(process.argv.slice(2));
+const {parseOptions, makeBody, describe} = require('./common');
+
+const {opts, usage} = parseOptions(process.argv.slice(2), {
+    script: 'send.js',
+    usageLine: '--url URL --address ADDR --count N [--size BYTES] [--presettled] [--anonymous] [--timeout SECONDS]',
+    flags: ['presettled', 'anonymous'],
+    valued: ['url', 'address', 'count', 'size', 'timeout'],
+    defaults: {presettled: false, anonymous: false},
+});
+if (!opts.address) usage('--address is required');
+if (opts.size !== undefined) {
+    opts.size = Number.parseInt(opts.size, 10);
+    if (!(opts.size >= 0)) usage('--size must be a non-negative integer');
+}
 const url = new URL(opts.url);
 
 const result = {sent: 0, accepted: 0, rejected: 0, released: 0, modified: 0, errors: []};
@@ -76,13 +47,6 @@ function finish(ok) {
     process.stdout.write(JSON.stringify(result) + '\n', () => process.exit(code));
 }
 
-function describe(err) {
-    if (!err) return 'unknown error';
-    if (err.condition || err.description) {
-        return `${err.condition || 'error'}: ${err.description || ''}`.trim();
-    }
-    return String(err.message || err);
-}
 
 const timer = setTimeout(() => {
     result.errors.push(`timeout after ${opts.timeout}s`);
