@@ -233,12 +233,26 @@ def transport_push(transport, data: bytes) -> int:
 class OutputBuffer:
     """A per-connection buffer the engine's pending output is copied into before a socket write."""
 
-    __slots__ = ("buf", "ptr", "size")
+    __slots__ = ("buf", "ptr", "size", "_cview")
 
     def __init__(self, size: int = 256 * 1024):
         self.size = size
         self.buf = bytearray(size)
         self.ptr = _from_buffer(self.buf)
+        self._cview = _buffer(self.ptr, size)
+
+    def take_bytes(self, transport) -> bytes | None:
+        """Like take(), but returns an independent bytes copy, so one buffer can serve every connection."""
+        pending = _pn_transport_pending(transport)
+        if pending <= 0:
+            return None if pending < 0 else b""
+        if pending > self.size:
+            pending = self.size
+        n = _pn_transport_peek(transport, self.ptr, pending)
+        if n < 0:
+            return None
+        _pn_transport_pop(transport, pending)
+        return self._cview[0:pending]
 
     def take(self, transport) -> memoryview | None:
         """Copy out and pop everything pending (up to the buffer size). None once the head is closed.
