@@ -52,6 +52,22 @@ def check_config(cfg: RouterConfig) -> None:
             raise ConfigError(entity.path, entity.line, f"listener: {exc}") from None
 
 
+def warn_pending_features(cfg: RouterConfig) -> None:
+    """Say at start-up which configured features this release accepts but does not act on yet, so an
+    operator is not left guessing why a link route or an inter-router listener does nothing."""
+    if cfg.router.get("mode") not in (None, "standalone"):
+        log.warning("%s:%d: router mode %s runs as standalone in this release",
+                    cfg.router.path, cfg.router.line, cfg.router.get("mode"))
+    for entity in (*cfg.listeners, *cfg.connectors):
+        role = entity.get("role") or "normal"
+        if role != "normal":
+            log.warning("%s:%d: %s role %s is accepted and treated as normal in this release",
+                        entity.path, entity.line, entity.type, role)
+    for entities, what in ((cfg.link_routes, "linkRoute"), (cfg.auto_links, "autoLink")):
+        for entity in entities:
+            log.warning("%s:%d: %s sections take effect in a later release", entity.path, entity.line, what)
+
+
 async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     router = Router(
         cfg.router["id"],
@@ -121,6 +137,7 @@ def main(config_path: str) -> None:
         click.echo(str(exc), err=True)
         sys.exit(2)
     configure_logging(cfg.logs)
+    warn_pending_features(cfg)
     try:
         trio.run(run_router, cfg)
     except SystemExit as exc:
