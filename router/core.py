@@ -23,6 +23,34 @@ PRODUCT = "trio-dispatch"
 VERSION = "0.1.0"
 
 
+WAYPOINT_CAPABILITY = "qd.waypoint"
+# Dispatch accepts qd.waypoint.1 .. qd.waypoint.9 (phases 0..9).
+MAX_WAYPOINT_ORDINAL = 9
+
+
+def waypoint_ordinal(terminus) -> int | None:
+    """N from a ``qd.waypoint`` (= 1) or ``qd.waypoint.N`` capability, given as a single symbol or an
+    array of symbols (DISPATCH-1430: Artemis sends an array); None when the terminus has none."""
+    caps = terminus.capabilities
+    if caps is None:
+        return None
+    caps.rewind()
+    if not caps.next():
+        return None
+    value = caps.get_object()
+    symbols = value.elements if isinstance(value, proton.Array) else value if isinstance(value, list) else [value]
+    for sym in symbols:
+        if not isinstance(sym, str):
+            continue
+        if sym == WAYPOINT_CAPABILITY:
+            return 1
+        if sym.startswith(WAYPOINT_CAPABILITY + "."):
+            suffix = sym[len(WAYPOINT_CAPABILITY) + 1:]
+            if suffix.isdigit() and 1 <= int(suffix) <= MAX_WAYPOINT_ORDINAL:
+                return int(suffix)
+    return None
+
+
 class Router(Forwarder, ConnectionHandler):
     """One router's routing state and its AMQP endpoint logic."""
 
@@ -147,7 +175,7 @@ class Router(Forwarder, ConnectionHandler):
                 if not src.address:
                     engine.refuse_link(link, "amqp:invalid-field", "receiver needs a source address")
                     return
-                addr = self._address_for(src.address, outgoing=True)
+                addr = self._address_for(src.address, outgoing=True, waypoint=waypoint_ordinal(src))
                 if addr is None:
                     engine.refuse_link(link, "amqp:not-found", "Node not found")
                     return
@@ -169,7 +197,7 @@ class Router(Forwarder, ConnectionHandler):
                 return
             addr = None
             if tgt.address:
-                addr = self._address_for(tgt.address, outgoing=False)
+                addr = self._address_for(tgt.address, outgoing=False, waypoint=waypoint_ordinal(tgt))
                 if addr is None:
                     engine.refuse_link(link, "amqp:not-found", "Node not found")
                     return
@@ -198,14 +226,21 @@ class Router(Forwarder, ConnectionHandler):
                  f" ({engine.error})" if engine.error else "")
 
     # -- binding -----------------------------------------------------------------------------------
-    def _address_for(self, address: str, *, outgoing: bool) -> Address | None:
-        """The routing entry a link attaches to; None for an unavailable address."""
+    def _address_for(self, address: str, *, outgoing: bool, waypoint: int | None = None) -> Address | None:
+        """The routing entry a link attaches to; None for an unavailable address.
+
+        A container that declares itself waypoint N (capability ``qd.waypoint[.N]`` on the terminus that
+        names the node) consumes phase N-1 and produces phase N, whatever the address configuration says.
+        """
         klass, name = self.parser.parse(address)
         if klass == "M":
             sem = self.address_config.semantics(name)
             if sem.distribution == UNAVAILABLE:
                 return None
-            phase = sem.out_phase if outgoing else sem.in_phase
+            if waypoint is not None:
+                phase = waypoint - 1 if outgoing else waypoint
+            else:
+                phase = sem.out_phase if outgoing else sem.in_phase
             return self._bind_address(f"M{phase}{name}", name, sem.distribution, phase, sem.pattern)
         if klass == "L":
             return self._bind_address("L" + name, name, CLOSEST)
