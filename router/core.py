@@ -14,6 +14,7 @@ import proton
 from wire import raw
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
+from router.autolinks import AutoLinkManager
 from router.forwarder import Forwarder
 from router.links import RouterConnection, RouterLink
 
@@ -55,7 +56,7 @@ class Router(Forwarder, ConnectionHandler):
     """One router's routing state and its AMQP endpoint logic."""
 
     def __init__(self, router_id: str, *, default_distribution: str = "balanced", address_entities=(),
-                 clock=None):
+                 auto_link_entities=(), clock=None):
         self.id = router_id
         self.parser = AddressParser(router_id)
         self.address_config = AddressConfigTable(default_distribution)
@@ -66,6 +67,11 @@ class Router(Forwarder, ConnectionHandler):
         self._partial: dict = {}  # incoming delivery pointer -> list of chunks received so far
         self._clock = clock or (lambda: 0.0)
         self._init_forwarder()
+        self.auto_links = AutoLinkManager(self, auto_link_entities)
+
+    def tick(self, now: float) -> None:
+        """Time-driven work (auto-link retries). The daemon calls it every TICK_SECONDS."""
+        self.auto_links.tick(now)
 
     # -- engines ---------------------------------------------------------------------------------
     def connection_settings(self, **kw) -> ConnectionSettings:
@@ -160,6 +166,38 @@ class Router(Forwarder, ConnectionHandler):
     def on_connection_open(self, engine) -> None:
         log.info("connection %d from %s opened (container %s, role %s)", engine.id, engine.remote_host,
                  engine.remote_container, engine.settings.role)
+        self.auto_links.connection_opened(engine.app)
+
+    # -- links the router attaches itself (auto-links) --------------------------------------------
+    def register_auto_link(self, rc: RouterConnection, link, auto_link) -> RouterLink:
+        """Track a link an auto-link attached; it joins the routing table when the container answers."""
+        incoming = auto_link.direction == "in"
+        phase_name = auto_link.address
+        rl = RouterLink(link, rc, incoming, None, rc.engine.settings.link_capacity, auto_link.name)
+        rl.auto_link = auto_link
+        key = f"M{auto_link.phase}{phase_name}"
+        sem = self.address_config.semantics(phase_name)
+        rl.address = self._bind_address(key, phase_name, sem.distribution, auto_link.phase, sem.pattern)
+        rc.links[link] = rl
+        return rl
+
+    def on_link_opened(self, engine, link) -> None:
+        rl = engine.app.links.get(link)
+        if rl is not None and rl.auto_link is not None:
+            self.auto_links.link_opened(rl)
+
+    def bind_auto_link(self, rl: RouterLink) -> None:
+        """The container accepted an auto-link: it now carries traffic like any attached link."""
+        addr = rl.address
+        if rl.incoming:
+            addr.inlinks.add(rl)
+            self.grant_initial_credit(rl)
+        else:
+            first = not addr.rlinks
+            addr.rlinks.append(rl)
+            if first:
+                self.destination_appeared(addr)
+        rl.engine.wake()
 
     def on_link_open(self, engine, link) -> None:
         lo = raw.link_object(link)
@@ -214,6 +252,9 @@ class Router(Forwarder, ConnectionHandler):
         rl = engine.app.links.pop(link, None)
         if rl is not None:
             self._unbind(rl)
+            if rl.auto_link is not None:
+                cond = raw.link_object(link).remote_condition
+                self.auto_links.link_closed(rl, f"{cond.name}: {cond.description}" if cond else None)
         engine.wake()
 
     def on_connection_close(self, engine) -> None:
@@ -222,6 +263,7 @@ class Router(Forwarder, ConnectionHandler):
             self._unbind(rl)
         rc.links.clear()
         self.connections.discard(rc)
+        self.auto_links.connection_closed(rc)
         log.info("connection %d from %s closed%s", engine.id, engine.remote_host,
                  f" ({engine.error})" if engine.error else "")
 

@@ -52,6 +52,16 @@ def check_config(cfg: RouterConfig) -> None:
             raise ConfigError(entity.path, entity.line, f"listener: {exc}") from None
 
 
+# How often time-driven router work (auto-link retries) is looked at; the retries are seconds apart.
+TICK_SECONDS = 0.5
+
+
+async def _ticker(router: Router) -> None:
+    while True:
+        await trio.sleep(TICK_SECONDS)
+        router.tick(trio.current_time())
+
+
 def warn_pending_features(cfg: RouterConfig) -> None:
     """Say at start-up which configured features this release accepts but does not act on yet, so an
     operator is not left guessing why a link route or an inter-router listener does nothing."""
@@ -63,9 +73,8 @@ def warn_pending_features(cfg: RouterConfig) -> None:
         if role != "normal":
             log.warning("%s:%d: %s role %s is accepted and treated as normal in this release",
                         entity.path, entity.line, entity.type, role)
-    for entities, what in ((cfg.link_routes, "linkRoute"), (cfg.auto_links, "autoLink")):
-        for entity in entities:
-            log.warning("%s:%d: %s sections take effect in a later release", entity.path, entity.line, what)
+    for entity in cfg.link_routes:
+        log.warning("%s:%d: linkRoute sections take effect in a later release", entity.path, entity.line)
 
 
 async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -73,6 +82,7 @@ async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED)
         cfg.router["id"],
         default_distribution=cfg.router.get("defaultDistribution") or "balanced",
         address_entities=cfg.addresses,
+        auto_link_entities=cfg.auto_links,
         clock=trio.current_time,
     )
     # The signal handler is installed before anything is announced, so a SIGTERM that follows the
@@ -113,6 +123,7 @@ async def _serve(router: Router, cfg: RouterConfig, signals, task_status) -> Non
                 run_connector, entity.get("host") or "127.0.0.1", int(entity["port"]),
                 lambda remote, s=settings: router.new_engine(s, server=False, remote_host=remote), backoff,
             )
+        nursery.start_soon(_ticker, router)
         print(f"tdrouterd: ready (router id {router.id})", flush=True)
         task_status.started(router)
         async for signum in signals:

@@ -39,7 +39,7 @@ class RouterLink:
         # outgoing
         "undelivered", "unsettled", "tag_seq", "presettled_out", "dirty", "max_message_size",
         # state and counters
-        "closed", "dynamic_address", "delivery_count", "accepted", "rejected", "released",
+        "closed", "dynamic_address", "auto_link", "delivery_count", "accepted", "rejected", "released",
         "modified", "presettled", "dropped_presettled",
     )
 
@@ -66,6 +66,7 @@ class RouterLink:
         self.max_message_size = conn.engine.settings.max_message_size
         self.closed = False
         self.dynamic_address = None
+        self.auto_link = None  # the AutoLink that created this link, if the router attached it
         self.delivery_count = 0
         self.accepted = 0
         self.rejected = 0

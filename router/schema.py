@@ -387,8 +387,9 @@ _AUTO_LINK = _entity("autoLink", "router.config.autoLink", [
     Attr("connection", "string", doc="Attach on the listener/connector with this name."),
     Attr("externalAddress", "string", legacy=("externalAddr",),
          doc="Address on the remote container when it differs."),
-    Attr("fallback", "boolean", False, doc="This link serves the address's fallback destination."),
-], status=PENDING, doc="A link the router keeps attached to a container (broker queue).")
+    Attr("fallback", "boolean", False, status=PENDING,
+         doc="This link serves the address's fallback destination."),
+], doc="A link the router keeps attached to a container (broker queue).")
 
 _LOG = _entity("log", "log", [
     _name("Default 'log/<module>'."),

@@ -76,6 +76,9 @@ class ConnectionHandler:
     def on_link_open(self, conn: "EngineConnection", link) -> None:
         """The peer attached a link. Open or close it; an unopened link is closed with an error."""
 
+    def on_link_opened(self, conn: "EngineConnection", link) -> None:
+        """The peer answered the attach of a link we opened ourselves."""
+
     def on_link_close(self, conn: "EngineConnection", link, closed: bool) -> None:
         """The peer detached (closed=False) or closed (closed=True) a link, or its session/connection went."""
 
@@ -231,6 +234,8 @@ class EngineConnection:
             link = raw.event_link(ev)
             if raw.link_state(link) & raw.LOCAL_UNINIT:
                 self.handler.on_link_open(self, link)
+            else:
+                self.handler.on_link_opened(self, link)
         elif t in (raw.PN_LINK_REMOTE_CLOSE, raw.PN_LINK_REMOTE_DETACH):
             link = raw.event_link(ev)
             self._link_gone(link, closed=(t == raw.PN_LINK_REMOTE_CLOSE))
@@ -324,11 +329,13 @@ class EngineConnection:
     def refuse_link(self, link, condition: str, description: str) -> None:
         """Refuse an attach the AMQP way: attach with a null terminus, then detach with an error."""
         lo = raw.link_object(link)
-        # The terminus that would have named the node stays null; the other one is mirrored.
+        # The terminus that would have named the node is null (AMQP's refusal); the other is mirrored.
         if lo.is_sender:
             lo.target.copy(lo.remote_target)
+            lo.source.type = proton.Terminus.UNSPECIFIED
         else:
             lo.source.copy(lo.remote_source)
+            lo.target.type = proton.Terminus.UNSPECIFIED
         lo.condition = proton.Condition(condition, description)
         lo.open()
         lo.close()

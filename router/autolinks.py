@@ -1,0 +1,155 @@
+"""Auto-links: links the router itself attaches to a container (a broker) for an address phase.
+
+Reference §2.3. An ``autoLink {address, direction, phase, connection | containerId, externalAddress}``
+attaches, on every open connection that matches (by listener/connector ``name`` or by the peer's
+container id), a link to ``externalAddress`` (or ``address``) on the container:
+
+* ``direction: out`` — the router sends: the link is a destination for ``M<phase><address>``
+  (default phase 0), so producers get credit once it is attached;
+* ``direction: in`` — the router receives: the link produces into ``M<phase><address>`` (default
+  phase 1) and gets credit only while that phase has a consumer, as any producer does.
+
+A link the container refuses or detaches is retried, first after ``RETRY_FIRST_SECONDS`` and then every
+``RETRY_SECONDS`` (Dispatch's 2 s / 5 s), while its connection stays open. Sans-IO: time comes in
+through :meth:`AutoLinkManager.tick`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import proton
+
+from router.links import RouterConnection, RouterLink
+
+log = logging.getLogger("router.autolinks")
+
+RETRY_FIRST_SECONDS = 2.0
+RETRY_SECONDS = 5.0
+
+INACTIVE = "inactive"
+ATTACHING = "attaching"
+FAILED = "failed"
+ACTIVE = "active"
+
+
+@dataclass(eq=False)
+class AutoLink:
+    """One configured auto-link and its state on the connection it is attached to."""
+
+    name: str
+    address: str
+    direction: str  # "in" | "out"
+    phase: int
+    connection: str | None = None
+    container_id: str | None = None
+    external_address: str | None = None
+    oper_status: str = INACTIVE
+    last_error: str | None = None
+    link: RouterLink | None = None
+    rc: RouterConnection | None = None
+    retry_at: float | None = None
+    failures: int = 0
+
+    @classmethod
+    def from_entity(cls, entity, index: int) -> "AutoLink":
+        direction = entity["direction"]
+        phase = entity.get("phase")
+        return cls(
+            name=entity.get("name") or f"autoLink/{index}",
+            address=entity["address"],
+            direction=direction,
+            phase=(0 if direction == "out" else 1) if phase is None else int(phase),
+            connection=entity.get("connection"),
+            container_id=entity.get("containerId"),
+            external_address=entity.get("externalAddress"),
+        )
+
+    def matches(self, rc: RouterConnection) -> bool:
+        if self.connection is not None:
+            return rc.name == self.connection
+        return self.container_id is not None and rc.engine.remote_container == self.container_id
+
+
+class AutoLinkManager:
+    """Keeps every auto-link attached on the connections that match it."""
+
+    def __init__(self, router, entities=()):
+        self.router = router
+        self.auto_links = [AutoLink.from_entity(e, i) for i, e in enumerate(entities)]
+        self._clock = router._clock
+        self._sessions: dict = {}  # RouterConnection -> the session auto-links use on it
+
+    def connection_opened(self, rc: RouterConnection) -> None:
+        for al in self.auto_links:
+            if al.rc is None and al.matches(rc):
+                self._attach(al, rc)
+
+    def connection_closed(self, rc: RouterConnection) -> None:
+        self._sessions.pop(rc, None)
+        for al in self.auto_links:
+            if al.rc is rc:
+                al.rc = al.link = None
+                al.oper_status = INACTIVE
+                al.retry_at = None
+
+    def link_opened(self, rl: RouterLink) -> None:
+        """The container answered our attach. A null terminus means it refused (a detach follows)."""
+        al = self._owner(rl)
+        if al is None:
+            return
+        lo = proton.Link.wrap(rl.ptr)
+        terminus = lo.remote_target if al.direction == "out" else lo.remote_source
+        if terminus.type == proton.Terminus.UNSPECIFIED:
+            return
+        al.oper_status = ACTIVE
+        al.failures = 0
+        al.last_error = None
+        self.router.bind_auto_link(rl)
+
+    def link_closed(self, rl: RouterLink, error: str | None) -> None:
+        al = self._owner(rl)
+        if al is None:
+            return
+        al.link = None
+        al.failures += 1
+        al.oper_status = FAILED
+        al.last_error = error or "detached by the container"
+        al.retry_at = self._clock() + (RETRY_FIRST_SECONDS if al.failures == 1 else RETRY_SECONDS)
+        log.warning("autoLink %s (%s %s): %s; retrying in %.0f s", al.name, al.direction, al.address,
+                    al.last_error, al.retry_at - self._clock())
+
+    def tick(self, now: float) -> None:
+        for al in self.auto_links:
+            if al.retry_at is not None and now >= al.retry_at and al.rc is not None and al.link is None:
+                al.retry_at = None
+                self._attach(al, al.rc)
+
+    def _owner(self, rl: RouterLink) -> AutoLink | None:
+        for al in self.auto_links:
+            if al.link is rl:
+                return al
+        return None
+
+    def _attach(self, al: AutoLink, rc: RouterConnection) -> None:
+        al.rc = rc
+        al.oper_status = ATTACHING
+        engine = rc.engine
+        session = self._sessions.get(rc)
+        if session is None:
+            session = self._sessions[rc] = engine.connection.session()
+            session.open()
+        remote = al.external_address or al.address
+        name = f"{self.router.id}.{al.name}"
+        if al.direction == "out":
+            lo = session.sender(name)
+            lo.target.address = remote
+            lo.source.address = al.address
+        else:
+            lo = session.receiver(name)
+            lo.source.address = remote
+            lo.target.address = al.address
+        lo.open()
+        al.link = self.router.register_auto_link(rc, lo._impl, al)
+        engine.wake()

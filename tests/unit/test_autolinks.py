@@ -1,0 +1,171 @@
+"""Auto-links (reference §2.3), driven in memory: the router attaches links to a broker-like container."""
+
+from __future__ import annotations
+
+import proton
+from proton import Endpoint
+
+from router.autolinks import ACTIVE, ATTACHING, FAILED, INACTIVE, RETRY_FIRST_SECONDS, RETRY_SECONDS
+from tests.unit.enginepair import ACCEPTED, AddressEntity, RouterHarness, settle
+
+
+class AutoLinkEntity(dict):
+    def get(self, key, default=None):
+        return dict.get(self, key, default)
+
+
+def open_sessions(peer) -> None:
+    """The container begins the sessions the router began (the router's auto-links share one)."""
+    ssn = peer.connection.session_head(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
+    while ssn:
+        ssn.open()
+        ssn = ssn.next(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
+
+
+def answer_attaches(peer) -> list:
+    """The container opens every link the router attached, mirroring its termini; returns them."""
+    opened = []
+    open_sessions(peer)
+    link = peer.connection.link_head(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
+    while link:
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        link.open()
+        peer.links[link.name] = link
+        if link.is_receiver:
+            peer._track(link)
+        opened.append(link)
+        link = link.next(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
+    return opened
+
+
+def setup(clock):
+    h = RouterHarness(
+        address_entities=[AddressEntity("queue", waypoint=True)],
+        auto_link_entities=[
+            AutoLinkEntity(address="queue", direction="out", connection="broker", name="to-broker"),
+            AutoLinkEntity(address="queue", direction="in", connection="broker", name="from-broker",
+                           externalAddress="broker.queue"),
+        ],
+        clock=lambda: clock[0],
+    )
+    by_name = {al.name: al for al in h.router.auto_links.auto_links}
+    return h, by_name
+
+
+def test_auto_links_carry_a_brokered_flow_end_to_end():
+    clock = [0.0]
+    h, al = setup(clock)
+    producer = h.connect()
+    snd = producer.sender("queue")
+    h.pump()
+    assert snd.credit == 0 and al["to-broker"].oper_status == INACTIVE
+
+    broker = h.connect(name="broker")  # the listener/connector name the auto-links refer to
+    assert al["to-broker"].oper_status == ATTACHING
+    links = {link.name: link for link in answer_attaches(broker)}
+    to_broker = links["R1.to-broker"]  # the broker receives (router sends): phase 0
+    from_broker = links["R1.from-broker"]  # the broker sends (router receives): phase 1
+    assert to_broker.is_receiver and to_broker.remote_target.address == "queue"
+    assert from_broker.is_sender and from_broker.remote_source.address == "broker.queue"
+    to_broker.flow(100)
+    h.pump()
+    assert al["to-broker"].oper_status == ACTIVE and al["from-broker"].oper_status == ACTIVE
+    assert snd.credit == 250  # the broker's queue is phase 0's destination
+    assert from_broker.credit == 0  # no phase-1 consumer yet: the router does not pull
+
+    d = producer.send(snd, body="stored")
+    h.pump()
+    [stored] = broker.received(to_broker, clear=True)
+    assert stored.body == "stored" and not d.settled
+    settle(stored, ACCEPTED)
+    h.pump()
+    assert d.settled and d.remote_state == ACCEPTED
+
+    consumer = h.connect()
+    c_rcv = consumer.receiver("queue", credit=5)
+    h.pump()
+    assert from_broker.credit == 250
+    out = broker.send(from_broker, body="stored")
+    h.pump()
+    assert consumer.bodies(c_rcv) == ["stored"]
+    settle(consumer.received(c_rcv)[0], ACCEPTED)
+    h.pump()
+    assert out.settled and out.remote_state == ACCEPTED
+
+
+def test_detached_auto_link_is_retried_after_2_then_5_seconds():
+    clock = [100.0]
+    h, al = setup(clock)
+    broker = h.connect(name="broker")
+    links = {link.name: link for link in answer_attaches(broker)}
+    h.pump()
+    assert al["to-broker"].oper_status == ACTIVE
+
+    links["R1.to-broker"].condition = proton.Condition("amqp:not-found", "queue deleted")
+    links["R1.to-broker"].close()
+    h.pump()
+    assert al["to-broker"].oper_status == FAILED
+    assert al["to-broker"].last_error == "amqp:not-found: queue deleted"
+
+    clock[0] += RETRY_FIRST_SECONDS - 0.1
+    h.router.tick(clock[0])
+    h.pump()
+    assert answer_attaches(broker) == []  # not yet
+    clock[0] += 0.2
+    h.router.tick(clock[0])
+    h.pump()
+    # The container refuses the new attach (null terminus, then a detach with an error): the second
+    # consecutive failure waits RETRY_SECONDS.
+    open_sessions(broker)
+    refused = broker.connection.link_head(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
+    assert refused.name == "R1.to-broker"
+    refused.target.type = proton.Terminus.UNSPECIFIED  # encoded as a null target: AMQP's refusal
+    refused.condition = proton.Condition("amqp:not-found", "still no queue")
+    refused.open()
+    refused.close()
+    h.pump()
+    assert al["to-broker"].oper_status == FAILED
+    assert al["to-broker"].retry_at == clock[0] + RETRY_SECONDS
+
+    clock[0] += RETRY_SECONDS
+    h.router.tick(clock[0])
+    h.pump()
+    [again] = answer_attaches(broker)
+    h.pump()
+    assert again.name == "R1.to-broker" and al["to-broker"].oper_status == ACTIVE
+    assert al["to-broker"].last_error is None
+
+    again.close()  # after a success the count starts again: the next retry is RETRY_FIRST_SECONDS away
+    h.pump()
+    assert al["to-broker"].retry_at == clock[0] + RETRY_FIRST_SECONDS
+
+
+def test_auto_links_go_inactive_with_their_connection_and_come_back_with_a_new_one():
+    clock = [0.0]
+    h, al = setup(clock)
+    broker = h.connect(name="broker")
+    answer_attaches(broker)
+    h.pump()
+    assert al["from-broker"].oper_status == ACTIVE
+    h.drop(broker)
+    assert al["from-broker"].oper_status == INACTIVE and al["to-broker"].oper_status == INACTIVE
+    broker2 = h.connect(name="broker")
+    assert len(answer_attaches(broker2)) == 2
+    h.pump()
+    assert al["from-broker"].oper_status == ACTIVE
+
+
+def test_auto_link_by_container_id_ignores_other_connections():
+    h = RouterHarness(auto_link_entities=[
+        AutoLinkEntity(address="q", direction="out", containerId="the-broker", name="al")])
+    other = h.connect()
+    assert answer_attaches(other) == []
+    from tests.unit.enginepair import Peer
+
+    broker = h.connect(Peer(container="the-broker"))
+    assert [link.name for link in answer_attaches(broker)] == ["R1.al"]
+
+
+def test_retry_delays_are_dispatch_s():
+    assert (RETRY_FIRST_SECONDS, RETRY_SECONDS) == (2.0, 5.0)
