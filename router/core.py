@@ -15,6 +15,7 @@ from wire import raw
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
 from router.autolinks import AutoLinkManager
+from router.linkroutes import LinkRouter
 from router.forwarder import Forwarder
 from router.links import RouterConnection, RouterLink
 
@@ -56,7 +57,7 @@ class Router(Forwarder, ConnectionHandler):
     """One router's routing state and its AMQP endpoint logic."""
 
     def __init__(self, router_id: str, *, default_distribution: str = "balanced", address_entities=(),
-                 auto_link_entities=(), clock=None):
+                 auto_link_entities=(), link_route_entities=(), clock=None):
         self.id = router_id
         self.parser = AddressParser(router_id)
         self.address_config = AddressConfigTable(default_distribution)
@@ -68,6 +69,7 @@ class Router(Forwarder, ConnectionHandler):
         self._clock = clock or (lambda: 0.0)
         self._init_forwarder()
         self.auto_links = AutoLinkManager(self, auto_link_entities)
+        self.link_router = LinkRouter(self, link_route_entities)
 
     def tick(self, now: float) -> None:
         """Time-driven work (auto-link retries). The daemon calls it every TICK_SECONDS."""
@@ -97,6 +99,9 @@ class Router(Forwarder, ConnectionHandler):
         lp = raw.delivery_link(d)
         rl = engine.app.links.get(lp)
         if rl is None:
+            routed = self.link_router.links.get(lp) if self.link_router.links else None
+            if routed is not None:
+                self.link_router.on_delivery(routed, d)
             return
         if rl.incoming:
             if not raw.delivery_readable(d):
@@ -154,7 +159,12 @@ class Router(Forwarder, ConnectionHandler):
 
     def on_link_flow(self, engine, link) -> None:
         rl = engine.app.links.get(link)
-        if rl is None or rl.incoming:
+        if rl is None:
+            routed = self.link_router.links.get(link) if self.link_router.links else None
+            if routed is not None:
+                self.link_router.on_flow(routed)
+            return
+        if rl.incoming:
             return
         if rl.undelivered:
             self.pump(rl)
@@ -182,6 +192,8 @@ class Router(Forwarder, ConnectionHandler):
         return rl
 
     def on_link_opened(self, engine, link) -> None:
+        if self.link_router.links and self.link_router.link_opened(link):
+            return
         rl = engine.app.links.get(link)
         if rl is not None and rl.auto_link is not None:
             self.auto_links.link_opened(rl)
@@ -203,6 +215,10 @@ class Router(Forwarder, ConnectionHandler):
         lo = raw.link_object(link)
         rc: RouterConnection = engine.app
         capacity = engine.settings.link_capacity
+        if self.link_router:
+            node = lo.remote_source if lo.is_sender else lo.remote_target
+            if not node.dynamic and self.link_router.try_attach(engine, link, lo, node.address):
+                return
         if lo.is_sender:  # the peer receives: an outgoing link
             src = lo.remote_source
             if src.dynamic:
@@ -249,6 +265,9 @@ class Router(Forwarder, ConnectionHandler):
         engine.wake()
 
     def on_link_close(self, engine, link, closed: bool) -> None:
+        if self.link_router.links and self.link_router.link_closed(link):
+            engine.wake()
+            return
         rl = engine.app.links.pop(link, None)
         if rl is not None:
             self._unbind(rl)
@@ -264,6 +283,8 @@ class Router(Forwarder, ConnectionHandler):
         rc.links.clear()
         self.connections.discard(rc)
         self.auto_links.connection_closed(rc)
+        if self.link_router.links:
+            self.link_router.connection_closed(rc)
         log.info("connection %d from %s closed%s", engine.id, engine.remote_host,
                  f" ({engine.error})" if engine.error else "")
 

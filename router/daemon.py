@@ -73,8 +73,6 @@ def warn_pending_features(cfg: RouterConfig) -> None:
         if role != "normal":
             log.warning("%s:%d: %s role %s is accepted and treated as normal in this release",
                         entity.path, entity.line, entity.type, role)
-    for entity in cfg.link_routes:
-        log.warning("%s:%d: linkRoute sections take effect in a later release", entity.path, entity.line)
 
 
 async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -83,6 +81,7 @@ async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED)
         default_distribution=cfg.router.get("defaultDistribution") or "balanced",
         address_entities=cfg.addresses,
         auto_link_entities=cfg.auto_links,
+        link_route_entities=cfg.link_routes,
         clock=trio.current_time,
     )
     # The signal handler is installed before anything is announced, so a SIGTERM that follows the

@@ -374,7 +374,7 @@ _LINK_ROUTE = _entity("linkRoute", "router.config.linkRoute", [
          doc="Only linkBalanced."),
     Attr("addExternalPrefix", "string", doc="Prefix added to the address towards the container."),
     Attr("delExternalPrefix", "string", doc="Prefix removed from the address towards the container."),
-], status=PENDING, doc="Route link attaches to a container (broker).")
+], doc="Route link attaches to a container (broker).")
 
 _AUTO_LINK = _entity("autoLink", "router.config.autoLink", [
     _name("Unique name; default 'autoLink/<n>'."),

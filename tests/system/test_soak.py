@@ -15,11 +15,13 @@ from tools.bench import run_bench
 
 pytestmark = pytest.mark.slow
 
-ROUNDS = 4  # the first one warms up allocator pools and caches
+ROUNDS = 5  # the first one warms up allocator pools and caches
 MESSAGES_PER_ROUND = 100_000
-# Allowed RSS growth from the end of the warm-up round to the last: allocator noise (measured ~0.1 MB),
-# not a leak. Keeping one 100-byte message per delivery would be ~10 MB per round.
-LOAD_RSS_SLACK_BYTES = 2 * 1024 * 1024
+# RSS is a high-water mark: how many messages were buffered at once (which varies with how busy the
+# machine is) moves it by a few MB in the first rounds, then it stays flat. A leak grows every round:
+# keeping one 100-byte message per delivery adds ~10 MB per round (checked: +30 MB over the rounds).
+LAST_ROUND_RSS_SLACK_BYTES = 2 * 1024 * 1024
+AFTER_WARMUP_RSS_SLACK_BYTES = 8 * 1024 * 1024
 # Measured growth over the churn below: a few KB. Keeping each closed connection's state costs ~17 KB
 # (checked by leaking them on purpose: +2.6 MB over 150), so 100 leaked connections exceed this.
 CHURN_RSS_SLACK_BYTES = 1024 * 1024
@@ -44,7 +46,9 @@ def test_sustained_load_loses_nothing_and_memory_stays_flat(router_factory):
         assert report["ok"], report["problems"]
         assert report["router"]["received"] == MESSAGES_PER_ROUND
         rss.append(rss_bytes(router.pid))
-    assert rss[-1] - rss[1] <= LOAD_RSS_SLACK_BYTES, [r // 1024 for r in rss]
+    kib = [r // 1024 for r in rss]
+    assert rss[-1] - rss[-2] <= LAST_ROUND_RSS_SLACK_BYTES, kib
+    assert rss[-1] - rss[1] <= AFTER_WARMUP_RSS_SLACK_BYTES, kib
 
 
 def test_link_and_connection_churn_does_not_leak(router_factory):

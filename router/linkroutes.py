@@ -1,0 +1,264 @@
+"""Link routes: a client's link is proxied, attach to detach, to a container (a broker) — reference §2.1-2.2.
+
+An attach whose address matches a ``linkRoute`` (``direction: in`` for client senders, ``out`` for client
+receivers) is not message-routed: the router attaches a link with the same name and termini on a
+connection to the route's container (``connection`` = listener/connector name, or ``containerId``), and
+opens the client's link only when the container has answered, with the container's termini. From then
+on the two links are one: credit and drain, transfers (same delivery tags, bytes untouched),
+dispositions and settlement, and the detach with its error pass through. No container connection:
+the attach is refused with ``qd:no-route-to-dest``. The container's connection drops: the client's link
+is detached with ``qd:routed-link-lost``.
+
+Routed links are kept out of the message router's link table, so the message hot path pays nothing
+for them; :class:`router.core.Router` hands their events here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import proton
+
+from router.patterns import PatternTable
+from wire import raw
+
+log = logging.getLogger("router.linkroutes")
+
+NO_ROUTE = "qd:no-route-to-dest"
+ROUTED_LINK_LOST = "qd:routed-link-lost"
+
+
+@dataclass(eq=False)
+class LinkRoute:
+    """One configured linkRoute."""
+
+    name: str
+    pattern: str
+    direction: str
+    connection: str | None
+    container_id: str | None
+    add_prefix: str | None
+    del_prefix: str | None
+    next_index: int = 0  # round robin over matching containers (linkBalanced)
+
+    def external(self, address: str) -> str:
+        """The address as the container knows it (delExternalPrefix, then addExternalPrefix)."""
+        if self.del_prefix and address.startswith(self.del_prefix):
+            address = address[len(self.del_prefix):]
+        if self.add_prefix:
+            address = self.add_prefix + address
+        return address
+
+    def internal(self, address: str | None) -> str | None:
+        """The container's address as the client should see it (the inverse of external)."""
+        if address is None:
+            return None
+        if self.add_prefix and address.startswith(self.add_prefix):
+            address = address[len(self.add_prefix):]
+        if self.del_prefix:
+            address = self.del_prefix + address
+        return address
+
+
+class RoutedLink:
+    """One side of a proxied link pair."""
+
+    __slots__ = ("ptr", "rc", "peer", "route", "deliveries", "receiving", "open")
+
+    def __init__(self, ptr, rc, route: LinkRoute, receiving: bool):
+        self.ptr = ptr
+        self.rc = rc
+        self.peer: RoutedLink | None = None
+        self.route = route
+        self.deliveries: dict = {}  # delivery pointer on this link -> partner delivery pointer
+        self.receiving = receiving  # the router receives messages on this link
+        self.open = False
+
+
+class LinkRouter:
+    """Matches attaches against link routes and proxies routed link pairs."""
+
+    def __init__(self, router, entities=()):
+        self.router = router
+        self.tables = {"in": PatternTable(), "out": PatternTable()}
+        for i, e in enumerate(entities):
+            pattern = e.get("pattern")
+            route = LinkRoute(
+                name=e.get("name") or f"linkRoute/{i}", pattern=pattern or e.get("prefix"),
+                direction=e["direction"], connection=e.get("connection"), container_id=e.get("containerId"),
+                add_prefix=e.get("addExternalPrefix"), del_prefix=e.get("delExternalPrefix"),
+            )
+            if pattern is not None:
+                self.tables[route.direction].add(pattern, route)
+            else:
+                self.tables[route.direction].add_prefix(e["prefix"], route)
+        self.links: dict = {}  # link pointer -> RoutedLink (both sides of every pair)
+
+    def __bool__(self) -> bool:
+        return bool(len(self.tables["in"]) or len(self.tables["out"]))
+
+    # -- attach -------------------------------------------------------------------------------------
+    def try_attach(self, engine, link, lo: proton.Link, address: str | None) -> bool:
+        """Route the client's attach if its address matches a link route; True when handled."""
+        if not address:
+            return False
+        direction = "out" if lo.is_sender else "in"  # client receiver -> router sender -> "out"
+        route = self.tables[direction].lookup(self.router.parser.parse(address)[1])
+        if route is None:
+            return False
+        container = self._container_for(route)
+        if container is None:
+            engine.refuse_link(link, NO_ROUTE, f"no route to the container for {address}")
+            return True
+        session = container.engine.connection.session()
+        session.open()
+        out = session.receiver(lo.name) if lo.is_sender else session.sender(lo.name)
+        out.source.copy(lo.remote_source)
+        out.target.copy(lo.remote_target)
+        node = out.source if lo.is_sender else out.target
+        node.address = route.external(address)
+        out.snd_settle_mode = lo.remote_snd_settle_mode
+        out.rcv_settle_mode = lo.remote_rcv_settle_mode
+        out.open()
+        client_side = RoutedLink(link, engine.app, route, receiving=not lo.is_sender)
+        container_side = RoutedLink(out._impl, container, route, receiving=lo.is_sender)
+        client_side.peer, container_side.peer = container_side, client_side
+        self.links[link] = client_side
+        self.links[out._impl] = container_side
+        container.engine.wake()
+        return True
+
+    def _container_for(self, route: LinkRoute):
+        candidates = [rc for rc in self.router.connections
+                      if (route.connection is not None and rc.name == route.connection)
+                      or (route.container_id is not None and rc.engine.remote_container == route.container_id)]
+        if not candidates:
+            return None
+        rc = candidates[route.next_index % len(candidates)]
+        route.next_index += 1
+        return rc
+
+    def link_opened(self, link) -> bool:
+        """The container answered our attach: open the client's link with the container's termini."""
+        side = self.links.get(link)
+        if side is None:
+            return False
+        side.open = True
+        client = side.peer
+        lo = proton.Link.wrap(link)
+        co = proton.Link.wrap(client.ptr)
+        co.source.copy(lo.remote_source)
+        co.target.copy(lo.remote_target)
+        node = co.target if co.is_receiver else co.source
+        if node.type != proton.Terminus.UNSPECIFIED:
+            node.address = side.route.internal(node.address)
+        co.snd_settle_mode = lo.remote_snd_settle_mode
+        co.rcv_settle_mode = lo.remote_rcv_settle_mode
+        co.open()
+        client.open = True
+        self._sync_credit(side)
+        client.rc.engine.wake()
+        return True
+
+    # -- traffic --------------------------------------------------------------------------------------
+    def on_delivery(self, side: RoutedLink, d) -> None:
+        peer = side.peer
+        if side.receiving and raw.delivery_readable(d) and not raw.delivery_partial(d):
+            if peer is None or not peer.open:
+                raw.link_advance(side.ptr)
+                raw.set_modified(d, failed=True)
+                raw.delivery_settle(d)
+                return
+            msg = raw.recv_all(side.ptr)
+            raw.link_advance(side.ptr)
+            out = raw.send_message(peer.ptr, raw.delivery_tag(d), msg)
+            if raw.delivery_settled(d):
+                raw.delivery_settle(out)
+                raw.delivery_settle(d)
+            else:
+                side.deliveries[d] = out
+                peer.deliveries[out] = d
+            peer.rc.engine.wake()
+            self._sync_credit(side)
+            return
+        partner = side.deliveries.get(d)
+        if partner is None or peer is None:
+            return
+        state = raw.delivery_remote_state(d)
+        if state and state != raw.delivery_local_state(partner):
+            raw.copy_outcome(d, partner)
+        if raw.delivery_settled(d):
+            del side.deliveries[d]
+            peer.deliveries.pop(partner, None)
+            raw.delivery_settle(partner)
+            raw.delivery_settle(d)
+        peer.rc.engine.wake()
+
+    def on_flow(self, side: RoutedLink) -> None:
+        self._sync_credit(side)
+
+    def _sync_credit(self, side: RoutedLink) -> None:
+        """Credit flows from the final receiver to the original sender; drain goes the same way and the
+        sender's answer (drained) comes back."""
+        a = side if not side.receiving else side.peer  # the side where the router sends
+        if a is None or a.peer is None or not a.open or not a.peer.open:
+            return
+        sending, receiving = a.ptr, a.peer.ptr  # router sends on `sending`, receives on `receiving`
+        lib = raw.lib
+        want = raw.link_credit(sending) - raw.link_credit(receiving) - raw.link_queued(sending)
+        if not raw.link_get_drain(sending):
+            if want > 0:
+                raw.link_flow(receiving, want)
+        else:
+            if not lib.pn_link_get_drain(receiving) and raw.link_credit(receiving) + max(want, 0) > 0:
+                lib.pn_link_drain(receiving, max(want, 0))  # top up, then ask the origin to drain it all
+            if raw.link_credit(receiving) == 0 and not raw.link_queued(sending):
+                raw.link_drained(sending)  # the origin has nothing more: tell the final receiver
+                lib.pn_link_set_drain(receiving, False)
+        a.rc.engine.wake()
+        a.peer.rc.engine.wake()
+
+    # -- detach ---------------------------------------------------------------------------------------
+    def link_closed(self, link) -> bool:
+        """One side detached: detach the other with the same error. True when the link was routed."""
+        side = self.links.pop(link, None)
+        if side is None:
+            return False
+        peer = side.peer
+        if peer is not None:
+            self.links.pop(peer.ptr, None)
+            peer.peer = None
+            cond = proton.Link.wrap(link).remote_condition
+            self._close(peer, cond.name if cond else None, cond.description if cond else None)
+        return True
+
+    def connection_closed(self, rc) -> None:
+        """Every routed link on a lost connection: the other side is detached with routed-link-lost."""
+        for ptr, side in list(self.links.items()):
+            if side.rc is rc:
+                self.links.pop(ptr, None)
+                peer = side.peer
+                if peer is not None:
+                    self.links.pop(peer.ptr, None)
+                    peer.peer = None
+                    self._close(peer, ROUTED_LINK_LOST, "the link's route was lost")
+
+    def _close(self, side: RoutedLink, condition: str | None, description: str | None) -> None:
+        lo = proton.Link.wrap(side.ptr)
+        if lo.state & proton.Endpoint.LOCAL_CLOSED:
+            return
+        if lo.state & proton.Endpoint.LOCAL_UNINIT:
+            # Never opened: the client's attach is refused (null terminus, then the detach).
+            side.rc.engine.refuse_link(side.ptr, condition or NO_ROUTE, description or "")
+            return
+        if condition:
+            lo.condition = proton.Condition(condition, description)
+        if side.receiving:
+            # Messages we took from this sender whose outcome will never come: it may resend them.
+            for d in side.deliveries:
+                raw.set_modified(d, failed=True)
+                raw.delivery_settle(d)
+        side.deliveries.clear()
+        lo.close()
+        side.rc.engine.wake()

@@ -1,0 +1,149 @@
+"""Link routes (reference §2.1-2.2), driven in memory: client links proxied to a broker-like container."""
+
+from __future__ import annotations
+
+import proton
+from proton import Endpoint
+
+from router.linkroutes import NO_ROUTE, ROUTED_LINK_LOST
+from tests.unit.enginepair import ACCEPTED, REJECTED, RouterHarness, settle
+from tests.unit.test_autolinks import AutoLinkEntity as Entity, open_sessions
+
+
+def harness(**route):
+    route.setdefault("prefix", "test")
+    route.setdefault("connection", "broker")
+    return RouterHarness(link_route_entities=[Entity(direction="in", **route), Entity(direction="out", **route)])
+
+
+def broker_answers(broker, *, refuse: str | None = None) -> list:
+    """The container opens (or refuses) the links the router attached, mirroring the termini."""
+    open_sessions(broker)
+    links = []
+    link = broker.connection.link_head(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
+    while link:
+        nxt = link.next(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
+        if refuse:
+            link.condition = proton.Condition(refuse, "refused by the broker")
+            link.open()
+            link.close()
+        else:
+            link.source.copy(link.remote_source)
+            link.target.copy(link.remote_target)
+            link.open()
+            broker.links[link.name] = link
+            if link.is_receiver:
+                broker._track(link)
+        links.append(link)
+        link = nxt
+    return links
+
+
+def test_client_sender_is_proxied_with_tags_outcomes_and_credit():
+    h = harness()
+    broker = h.connect(name="broker")
+    client = h.connect()
+    snd = client.sender("test.q1", name="my-sender")
+    h.pump()
+    assert snd.state & Endpoint.REMOTE_UNINIT  # not answered until the broker answers
+    [b_rcv] = broker_answers(broker)
+    assert b_rcv.name == "my-sender" and b_rcv.remote_target.address == "test.q1"
+    h.pump()
+    assert snd.state & Endpoint.REMOTE_ACTIVE and snd.remote_target.address == "test.q1"
+    assert snd.credit == 0  # only the broker gives credit
+    b_rcv.flow(3)
+    h.pump()
+    assert snd.credit == 3
+
+    d1 = client.send(snd, body="one", tag=b"tag-1")
+    d2 = client.send(snd, body="two", tag=b"tag-2")
+    h.pump()
+    got = broker.received(b_rcv)
+    assert [r.body for r in got] == ["one", "two"]
+    assert [r.delivery.tag for r in got] == ["tag-1", "tag-2"]  # original delivery tags
+    settle(got[0], ACCEPTED)
+    settle(got[1], REJECTED, condition="amqp:precondition-failed", description="nope")
+    h.pump()
+    assert d1.remote_state == ACCEPTED and d1.settled
+    assert d2.remote_state == REJECTED and d2.remote.condition.name == "amqp:precondition-failed"
+    assert snd.credit == 1
+
+
+def test_client_receiver_is_proxied_with_credit_and_drain():
+    h = harness()
+    broker = h.connect(name="broker")
+    client = h.connect()
+    rcv = client.receiver("test.q2", name="my-receiver")
+    h.pump()
+    [b_snd] = broker_answers(broker)
+    assert b_snd.is_sender and b_snd.remote_source.address == "test.q2"
+    h.pump()
+    rcv.flow(5)
+    h.pump()
+    assert b_snd.credit == 5  # the client's credit reaches the broker
+    d = broker.send(b_snd, body="hello", tag=b"b1")
+    h.pump()
+    [got] = client.received(rcv)
+    assert got.body == "hello"
+    settle(got, ACCEPTED)
+    h.pump()
+    assert d.remote_state == ACCEPTED and d.settled
+
+    rcv.drain(0)
+    h.pump()
+    assert b_snd.drain_mode
+    b_snd.drained()
+    h.pump()
+    assert rcv.credit == 0 and not rcv.draining()
+
+
+def test_no_container_refuses_with_no_route_to_dest():
+    h = harness()
+    client = h.connect()
+    snd = client.sender("test.x")
+    h.pump()
+    assert snd.state & Endpoint.REMOTE_CLOSED
+    assert snd.remote_condition.name == NO_ROUTE
+    assert snd.remote_target.type == proton.Terminus.UNSPECIFIED  # a refusal's null terminus
+
+
+def test_broker_refusal_reaches_the_client_with_its_error():
+    h = harness()
+    broker = h.connect(name="broker")
+    client = h.connect()
+    snd = client.sender("test.missing")
+    h.pump()
+    broker_answers(broker, refuse="amqp:not-found")
+    h.pump()
+    assert snd.state & Endpoint.REMOTE_CLOSED and snd.remote_condition.name == "amqp:not-found"
+
+
+def test_detach_passes_through_with_the_error_and_lost_container_detaches_clients():
+    h = harness()
+    broker = h.connect(name="broker")
+    client = h.connect()
+    a = client.sender("test.a", name="a")
+    b = client.receiver("test.b", name="b")
+    h.pump()
+    links = {link.name: link for link in broker_answers(broker)}
+    h.pump()
+    links["a"].condition = proton.Condition("amqp:resource-deleted", "queue gone")
+    links["a"].close()
+    h.pump()
+    assert a.state & Endpoint.REMOTE_CLOSED and a.remote_condition.name == "amqp:resource-deleted"
+    h.drop(broker)
+    assert b.state & Endpoint.REMOTE_CLOSED and b.remote_condition.name == ROUTED_LINK_LOST
+
+
+def test_addresses_outside_the_route_are_message_routed_and_prefixes_are_rewritten():
+    h = harness(delExternalPrefix="test.", addExternalPrefix="broker/")
+    broker = h.connect(name="broker")
+    client = h.connect()
+    plain = client.receiver("other", credit=1)
+    routed = client.receiver("test.q")
+    h.pump()
+    [b_snd] = broker_answers(broker)
+    assert b_snd.remote_source.address == "broker/q"  # as the container knows it
+    h.pump()
+    assert routed.remote_source.address == "test.q"  # as the client knows it
+    assert plain.state & Endpoint.REMOTE_ACTIVE and plain.remote_source.address == "other"
