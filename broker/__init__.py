@@ -1,0 +1,1 @@
+"""tdbroker: the store-and-forward AMQP broker that attaches to the router mesh as a peer."""

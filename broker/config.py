@@ -1,0 +1,571 @@
+"""tdbroker configuration: the Artemis ``broker.xml`` vocabulary, parsed and validated.
+
+``load_broker_config(path)`` / ``parse_broker_config(text, path)`` return a
+:class:`BrokerConfig` or raise :class:`BrokerConfigError` whose ``str()`` is
+``"FILE:LINE: message"``.  The XML is parsed with defusedxml (no DTDs, entities
+or external references).  Which elements are handled, ignored with a warning,
+or refused is tabled in :mod:`broker.xmlschema`; the reference for users is
+``docs/broker-configuration.md``.
+
+Address wildcards follow Artemis: words separated by ``.``, ``*`` matches
+exactly one word, ``#`` matches zero or more words (:func:`artemis_match`).
+:meth:`BrokerConfig.settings_for` merges every matching ``<address-setting>``
+the way Artemis does: the most specific match wins field by field, the less
+specific ones fill in what it leaves unset, and the documented defaults fill
+in the rest.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+import re
+import urllib.parse
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field, fields
+
+from . import xmlschema as xs
+from .xmlschema import BrokerConfigError, Ctx, children, did_you_mean, local
+
+__all__ = [
+    "Acceptor", "AddressConfig", "AddressSettings", "BrokerConfig", "BrokerConfigError",
+    "BrokerConnection", "BrokerConnectionElement", "QueueConfig", "artemis_match",
+    "load_broker_config", "match_specificity_cmp", "parse_broker_config",
+]
+
+#: Artemis' default wildcard syntax (``<wildcard-addresses>`` is not supported).
+DELIMITER = "."
+ANY_WORDS = "#"
+SINGLE_WORD = "*"
+
+
+# --- the configuration objects ----------------------------------------------
+
+@dataclass
+class Acceptor:
+    """One ``<acceptor>``: where tdbroker listens for AMQP connections."""
+
+    name: str
+    host: str
+    port: int                 # 0 = ephemeral (tests)
+    protocols: tuple          # upper-case protocol names; always includes "AMQP"
+    params: dict              # the other URI query parameters, as strings
+    line: int
+
+
+@dataclass
+class QueueConfig:
+    """One ``<queue>`` declared under an address's ``<anycast>`` or ``<multicast>``."""
+
+    name: str
+    address: str
+    routing_type: str         # "anycast" | "multicast"
+    durable: bool
+    max_consumers: int        # -1 = unlimited
+    filter: str | None        # stored only; tdbroker does not evaluate filters yet
+    line: int
+
+
+@dataclass
+class AddressConfig:
+    """One ``<address>`` with the routing types it declares and its queues."""
+
+    name: str
+    routing_types: set        # subset of {"anycast", "multicast"}
+    queues: list              # list[QueueConfig]
+    line: int
+
+
+@dataclass
+class AddressSettings:
+    """One ``<address-setting match=...>``; a field is None when the element left it unset.
+
+    :meth:`BrokerConfig.settings_for` returns a merged instance with every field
+    filled in; its ``match`` is the most specific matching pattern (None when no
+    setting matched and only defaults apply) and ``line`` is that setting's line.
+    """
+
+    match: str | None = None
+    dead_letter_address: str | None = None
+    expiry_address: str | None = None
+    expiry_delay: int | None = None
+    max_delivery_attempts: int | None = None
+    redelivery_delay: int | None = None
+    auto_create_queues: bool | None = None
+    auto_create_addresses: bool | None = None
+    auto_delete_queues: bool | None = None
+    default_queue_routing_type: str | None = None     # "anycast" | "multicast"
+    default_address_routing_type: str | None = None   # "anycast" | "multicast"
+    max_size_bytes: int | None = None
+    address_full_policy: str | None = None            # PAGE | DROP | FAIL | BLOCK
+    line: int = 0
+
+
+#: AddressSettings fields that hold settings (not match/line), in declaration order.
+SETTING_FIELDS = tuple(f.name for f in fields(AddressSettings) if f.name not in ("match", "line"))
+#: Default for each setting field (from the table in broker.xmlschema).
+SETTING_DEFAULTS = {fld: default for fld, _kind, default in xs.ADDRESS_SETTING_FIELDS.values()}
+
+
+@dataclass
+class BrokerConnectionElement:
+    """A child of ``<amqp-connection>``: peer, sender, receiver, mirror or federation.
+
+    ``attrs`` holds the element's attributes: for ``mirror`` converted and with
+    defaults filled in (plus ``properties`` from ``<property key value>``), for
+    ``federation`` the raw attributes plus ``xml`` (the element as text; federation
+    is accepted and stored, and implemented later).
+    """
+
+    kind: str                 # "peer" | "sender" | "receiver" | "mirror" | "federation"
+    address_match: str | None
+    queue_name: str | None
+    attrs: dict
+    line: int
+
+
+@dataclass
+class BrokerConnection:
+    """One ``<amqp-connection>``: an outgoing connection tdbroker opens (e.g. to a router)."""
+
+    name: str
+    uri: str                  # the attribute as written
+    host: str                 # of the first URI
+    port: int
+    user: str | None          # None = anonymous
+    password: str | None
+    retry_interval_ms: int
+    reconnect_attempts: int   # -1 = forever
+    auto_start: bool
+    elements: list            # list[BrokerConnectionElement]
+    line: int
+    params: dict = field(default_factory=dict)          # query parameters of the first URI
+    alternate_uris: list = field(default_factory=list)  # after '#', tried in turn on retry
+
+
+@dataclass
+class BrokerConfig:
+    """A parsed broker.xml.  ``warnings`` lists ``"FILE:LINE: warning: ..."`` strings."""
+
+    path: str
+    name: str | None
+    persistence_enabled: bool
+    journal_directory: str
+    journal_file_size: int
+    acceptors: list
+    addresses: list
+    address_settings: list
+    broker_connections: list
+    warnings: list
+    journal_sync_transactional: bool = xs.DEFAULT_JOURNAL_SYNC
+    journal_sync_non_transactional: bool = xs.DEFAULT_JOURNAL_SYNC
+
+    def settings_for(self, address: str) -> AddressSettings:
+        """The merged settings for ``address``, with Artemis' defaults for unset fields."""
+        matching = [s for s in self.address_settings if artemis_match(s.match, address)]
+        matching.sort(key=functools.cmp_to_key(lambda a, b: match_specificity_cmp(a.match, b.match)))
+        merged = {}
+        for name in SETTING_FIELDS:
+            merged[name] = next((getattr(s, name) for s in matching if getattr(s, name) is not None),
+                                SETTING_DEFAULTS[name])
+        best = matching[0] if matching else None
+        return AddressSettings(match=best.match if best else None, line=best.line if best else 0,
+                               **merged)
+
+    def queues(self) -> list:
+        """Every configured queue, in file order."""
+        return [q for a in self.addresses for q in a.queues]
+
+    def address(self, name: str) -> AddressConfig | None:
+        """The configured address called ``name``, or None."""
+        return next((a for a in self.addresses if a.name == name), None)
+
+
+# --- wildcards ---------------------------------------------------------------
+
+def artemis_match(pattern: str, address: str) -> bool:
+    """True when ``address`` matches the Artemis wildcard ``pattern``.
+
+    Words are separated by ``.``; ``*`` matches exactly one non-empty word and
+    ``#`` zero or more words, so ``a.#`` matches ``a``, ``a.b`` and ``a.b.c``
+    but not ``ab``.  Other words match literally.
+    """
+    words = address.split(DELIMITER)
+    reachable = {0}            # positions in ``words`` reachable after each pattern word
+    for pw in pattern.split(DELIMITER):
+        nxt: set[int] = set()
+        for j in reachable:
+            if pw == ANY_WORDS:
+                nxt.update(range(j, len(words) + 1))
+            elif j < len(words) and (words[j] != "" if pw == SINGLE_WORD else words[j] == pw):
+                nxt.add(j + 1)
+        if not nxt:
+            return False
+        reachable = nxt
+    return len(words) in reachable
+
+
+def match_specificity_cmp(a: str, b: str) -> int:
+    """Negative when ``a`` is more specific than ``b`` (Artemis' ordering).
+
+    A pattern without ``#`` beats one with it (two with ``#``: the longer wins);
+    then one without ``*`` beats one with it (two with ``*``: compared word by
+    word, a literal word beats ``*``, and more words win); otherwise the shorter.
+    """
+    a_any, b_any = ANY_WORDS in a, ANY_WORDS in b
+    if a_any != b_any:
+        return 1 if a_any else -1
+    if a_any:
+        return len(b) - len(a)
+    a_one, b_one = SINGLE_WORD in a, SINGLE_WORD in b
+    if a_one != b_one:
+        return 1 if a_one else -1
+    if a_one:
+        aw, bw = a.split(DELIMITER), b.split(DELIMITER)
+        for i, left in enumerate(aw):
+            if i >= len(bw):
+                return -1
+            if (left == SINGLE_WORD) != (bw[i] == SINGLE_WORD):
+                return 1 if left == SINGLE_WORD else -1
+    return len(a) - len(b)
+
+
+def _check_wildcard_words(ctx: Ctx, elem, what: str, pattern: str) -> None:
+    for word in pattern.split(DELIMITER):
+        if word not in (ANY_WORDS, SINGLE_WORD) and (ANY_WORDS in word or SINGLE_WORD in word):
+            raise ctx.error(elem, f"{what} {pattern!r}: '#' and '*' must stand for a whole word "
+                                  f"between '{DELIMITER}' separators")
+
+
+def _address_setting_match(ctx: Ctx, elem, raw: str) -> str:
+    """Validate an address-setting ``match``; Artemis allows ``#`` only as the last word."""
+    pattern = raw
+    if pattern.endswith(ANY_WORDS) and len(pattern) > 1 and not pattern.endswith(DELIMITER + ANY_WORDS):
+        # Older stock broker.xml files say "activemq.management#"; Artemis treats it as ".#".
+        pattern = pattern[:-1] + DELIMITER + ANY_WORDS
+        ctx.warn(elem, f"match {raw!r} read as {pattern!r}; write the '{ANY_WORDS}' as a word of its own")
+    if ANY_WORDS in pattern[:-1]:
+        raise ctx.error(elem, f"address-setting match {raw!r}: '#' may only be the last word")
+    _check_wildcard_words(ctx, elem, "address-setting match", pattern)
+    return pattern
+
+
+# --- URIs --------------------------------------------------------------------
+
+_PARAM_SPLIT = re.compile(r"[;&]")
+
+
+def _parse_tcp_uri(ctx: Ctx, elem, uri: str, what: str) -> tuple[str, int, dict]:
+    """``tcp://HOST:PORT?k=v;k=v`` -> (host, port, params)."""
+    try:
+        parts = urllib.parse.urlsplit(uri.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise ctx.error(elem, f"{what} {uri!r} is not a valid URI: {exc}") from None
+    if parts.scheme != "tcp":
+        raise ctx.error(elem, f"{what} {uri!r} must start with tcp:// (got scheme {parts.scheme!r})")
+    if parts.path not in ("", "/"):
+        raise ctx.error(elem, f"{what} {uri!r} has an unexpected path {parts.path!r}")
+    if port is None and parts.netloc.endswith(":"):
+        raise ctx.error(elem, f"{what} {uri!r} has an empty port")
+    params = {}
+    for item in filter(None, _PARAM_SPLIT.split(parts.query)):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ctx.error(elem, f"{what} {uri!r}: query parameter {item!r} is not key=value")
+        params[key] = urllib.parse.unquote(value)
+    host = parts.hostname or xs.DEFAULT_ACCEPTOR_HOST
+    return host, xs.DEFAULT_ACCEPTOR_PORT if port is None else port, params
+
+
+# --- parsing -----------------------------------------------------------------
+
+def load_broker_config(path) -> BrokerConfig:
+    """Read and parse the broker.xml at ``path``."""
+    p = pathlib.Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise BrokerConfigError(str(p), 0, f"cannot read broker configuration: {exc.strerror}") from None
+    return parse_broker_config(data, str(p))
+
+
+def parse_broker_config(text, path: str = "<broker.xml>") -> BrokerConfig:
+    """Parse broker.xml ``text`` (str or bytes); errors name ``path``."""
+    ctx = Ctx(path)
+    root = xs.load_tree(text, path)
+    ns, name = xs.split_tag(root.tag)
+    if name != "configuration" or ns not in ("", xs.ROOT_NS):
+        raise ctx.error(root, f"the root element must be <configuration xmlns=\"{xs.ROOT_NS}\">, got <{name}>")
+    core = None
+    for child in root:
+        if not isinstance(child.tag, str):
+            continue
+        cns, cname = xs.split_tag(child.tag)
+        if cname != "core" or cns not in xs.CORE_NAMESPACES:
+            raise ctx.error(child, f"unknown element <{cname}> in <configuration>; only "
+                                   f"<core xmlns=\"{xs.CORE_NS}\"> is supported")
+        if core is not None:
+            raise ctx.error(child, f"duplicate <core> (first at line {core.line})")
+        core = child
+    if core is None:
+        raise ctx.error(root, f"<configuration> has no <core xmlns=\"{xs.CORE_NS}\"> element")
+    return _parse_core(ctx, core)
+
+
+def _unknown(ctx: Ctx, elem, parent: str, choices) -> BrokerConfigError:
+    return ctx.error(elem, f"unknown element <{local(elem)}> in <{parent}>{did_you_mean(local(elem), choices)}")
+
+
+def _once(ctx: Ctx, seen: dict, name: str, elem) -> None:
+    if name in seen:
+        raise ctx.error(elem, f"duplicate <{name}> (first at line {seen[name]})")
+    seen[name] = elem.line
+
+
+def _parse_core(ctx: Ctx, core) -> BrokerConfig:
+    cfg = BrokerConfig(path=ctx.path, name=None, persistence_enabled=xs.DEFAULT_PERSISTENCE_ENABLED,
+                       journal_directory=xs.DEFAULT_JOURNAL_DIRECTORY,
+                       journal_file_size=xs.DEFAULT_JOURNAL_FILE_SIZE, acceptors=[], addresses=[],
+                       address_settings=[], broker_connections=[], warnings=ctx.warnings)
+    seen: dict[str, int] = {}
+    known = set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED)
+    for name, el in children(ctx, core):
+        if name in xs.CORE_UNSUPPORTED:
+            raise ctx.error(el, f"<{name}> is not supported by tdbroker: {xs.CORE_UNSUPPORTED[name]}")
+        if name in xs.CORE_IGNORED:
+            ctx.warn(el, f"<{name}> is accepted but ignored by tdbroker")
+            continue
+        if name not in xs.CORE_HANDLED:
+            raise _unknown(ctx, el, "core", known)
+        _once(ctx, seen, name, el)
+        if name == "name":
+            cfg.name = ctx.text(el)
+        elif name == "persistence-enabled":
+            cfg.persistence_enabled = ctx.value(el, "bool")
+        elif name == "journal-directory":
+            cfg.journal_directory = ctx.text(el)
+        elif name == "journal-file-size":
+            cfg.journal_file_size = ctx.value(el, "size")
+            if cfg.journal_file_size <= 0:
+                raise ctx.error(el, f"<journal-file-size> must be positive, got {el.text.strip()!r}")
+        elif name == "journal-sync-transactional":
+            cfg.journal_sync_transactional = ctx.value(el, "bool")
+        elif name == "journal-sync-non-transactional":
+            cfg.journal_sync_non_transactional = ctx.value(el, "bool")
+        elif name == "acceptors":
+            cfg.acceptors = _parse_acceptors(ctx, el)
+        elif name == "addresses":
+            cfg.addresses = _parse_addresses(ctx, el)
+        elif name == "address-settings":
+            cfg.address_settings = _parse_address_settings(ctx, el)
+        elif name == "broker-connections":
+            cfg.broker_connections = _parse_broker_connections(ctx, el)
+    return cfg
+
+
+def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
+    out: list[Acceptor] = []
+    names: dict[str, int] = {}
+    for name, el in children(ctx, parent):
+        if name != "acceptor":
+            raise _unknown(ctx, el, "acceptors", ["acceptor"])
+        ctx.check_attrs(el, ("name",))
+        aname = ctx.attr(el, "name") or f"acceptor-{len(out) + 1}"
+        if aname in names:
+            raise ctx.error(el, f"duplicate acceptor name {aname!r} (first at line {names[aname]})")
+        names[aname] = el.line
+        if not xs.has_text(el):
+            raise ctx.error(el, f"<acceptor name=\"{aname}\"> needs a URI such as "
+                                "tcp://0.0.0.0:5672?protocols=AMQP")
+        host, port, params = _parse_tcp_uri(ctx, el, ctx.text(el), "acceptor URI")
+        raw = params.pop("protocols", None)
+        if raw is None:
+            protocols = (xs.AMQP_PROTOCOL,)
+        else:
+            protocols = tuple(p.strip().upper() for p in raw.split(",") if p.strip())
+            if xs.AMQP_PROTOCOL not in protocols:
+                raise ctx.error(el, f"acceptor {aname!r}: protocols={raw} does not include AMQP, "
+                                    "the only protocol tdbroker speaks")
+            others = [p for p in protocols if p != xs.AMQP_PROTOCOL]
+            if others:
+                ctx.warn(el, f"acceptor {aname!r}: tdbroker speaks AMQP only; ignoring {','.join(others)}")
+        out.append(Acceptor(aname, host, port, protocols, params, el.line))
+    return out
+
+
+def _parse_addresses(ctx: Ctx, parent) -> list[AddressConfig]:
+    out: list[AddressConfig] = []
+    addr_lines: dict[str, int] = {}
+    queue_lines: dict[str, int] = {}
+    for name, el in children(ctx, parent):
+        if name != "address":
+            raise _unknown(ctx, el, "addresses", ["address"])
+        ctx.check_attrs(el, ("name",))
+        aname = ctx.attr(el, "name", required=True)
+        if aname in addr_lines:
+            raise ctx.error(el, f"duplicate address {aname!r} (first at line {addr_lines[aname]})")
+        addr_lines[aname] = el.line
+        addr = AddressConfig(aname, set(), [], el.line)
+        seen_rt: dict[str, int] = {}
+        for rname, rel in children(ctx, el):
+            if rname == "queue":
+                raise ctx.error(rel, f"<queue> must be inside <anycast> or <multicast> of address {aname!r}")
+            if rname not in ("anycast", "multicast"):
+                raise _unknown(ctx, rel, "address", ["anycast", "multicast"])
+            _once(ctx, seen_rt, rname, rel)
+            addr.routing_types.add(rname)
+            for qname, qel in children(ctx, rel):
+                if qname != "queue":
+                    raise _unknown(ctx, qel, rname, ["queue"])
+                q = _parse_queue(ctx, qel, aname, rname)
+                if q.name in queue_lines:
+                    raise ctx.error(qel, f"duplicate queue name {q.name!r} (first at line "
+                                         f"{queue_lines[q.name]}); queue names are broker-wide")
+                queue_lines[q.name] = qel.line
+                addr.queues.append(q)
+        out.append(addr)
+    return out
+
+
+def _parse_queue(ctx: Ctx, el, address: str, routing_type: str) -> QueueConfig:
+    ctx.check_attrs(el, xs.QUEUE_ATTRS, xs.QUEUE_IGNORED_ATTRS)
+    qname = ctx.attr(el, "name", required=True)
+    max_consumers = ctx.attr(el, "max-consumers", "int", None)
+    durable, filt = xs.DEFAULT_QUEUE_DURABLE, None
+    seen: dict[str, int] = {}
+    for name, child in children(ctx, el):
+        _once(ctx, seen, name, child)
+        if name == "durable":
+            durable = ctx.value(child, "bool")
+        elif name == "filter":
+            ctx.check_attrs(child, ("string",))
+            filt = ctx.attr(child, "string", required=True)
+        elif name == "max-consumers":
+            if max_consumers is not None:
+                raise ctx.error(child, "max-consumers given both as attribute and element")
+            ctx.warn(child, "<max-consumers> element: Artemis spells this as the queue attribute "
+                            "max-consumers=\"N\"")
+            max_consumers = ctx.value(child, "int")
+        elif name == "user":
+            ctx.warn(child, "<user> on a queue is ignored by tdbroker")
+        else:
+            raise _unknown(ctx, child, "queue", ["durable", "filter", "user"])
+    if max_consumers is None:
+        max_consumers = xs.DEFAULT_MAX_CONSUMERS
+    if max_consumers < -1:
+        raise ctx.error(el, f"queue {qname!r}: max-consumers must be -1 (unlimited) or >= 0, got {max_consumers}")
+    return QueueConfig(qname, address, routing_type, durable, max_consumers, filt, el.line)
+
+
+def _parse_address_settings(ctx: Ctx, parent) -> list[AddressSettings]:
+    out: list[AddressSettings] = []
+    matches: dict[str, int] = {}
+    choices = set(xs.ADDRESS_SETTING_FIELDS) | xs.ADDRESS_SETTING_IGNORED
+    for name, el in children(ctx, parent):
+        if name != "address-setting":
+            raise _unknown(ctx, el, "address-settings", ["address-setting"])
+        ctx.check_attrs(el, ("match",))
+        match = _address_setting_match(ctx, el, ctx.attr(el, "match", required=True))
+        if match in matches:
+            raise ctx.error(el, f"duplicate address-setting match {match!r} (first at line {matches[match]})")
+        matches[match] = el.line
+        values: dict = {}
+        seen: dict[str, int] = {}
+        for sname, sel in children(ctx, el):
+            if sname in xs.ADDRESS_SETTING_FIELDS:
+                _once(ctx, seen, sname, sel)
+                fld, kind, _default = xs.ADDRESS_SETTING_FIELDS[sname]
+                values[fld] = ctx.value(sel, kind)
+                if fld == "max_delivery_attempts" and values[fld] < -1:
+                    raise ctx.error(sel, "<max-delivery-attempts> must be -1 (unlimited) or >= 0")
+            elif sname in xs.ADDRESS_SETTING_IGNORED:
+                ctx.warn(sel, f"<{sname}> is accepted but ignored by tdbroker")
+            else:
+                raise _unknown(ctx, sel, "address-setting", choices)
+        out.append(AddressSettings(match=match, line=el.line, **values))
+    return out
+
+
+_CONNECTION_CHILDREN = ("peer", "sender", "receiver", "mirror", "federation")
+
+
+def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
+    out: list[BrokerConnection] = []
+    names: dict[str, int] = {}
+    for name, el in children(ctx, parent):
+        if name != "amqp-connection":
+            raise _unknown(ctx, el, "broker-connections", ["amqp-connection"])
+        ctx.check_attrs(el, xs.AMQP_CONNECTION_ATTRS)
+        uri = ctx.attr(el, "uri", required=True)
+        cname = ctx.attr(el, "name", required=True)
+        if cname in names:
+            raise ctx.error(el, f"duplicate amqp-connection name {cname!r} (first at line {names[cname]})")
+        names[cname] = el.line
+        first, _, rest = uri.partition("#")
+        host, port, params = _parse_tcp_uri(ctx, el, first, "amqp-connection uri")
+        alternates = [u.strip() for u in rest.split(",") if u.strip()]
+        for alt in alternates:
+            _parse_tcp_uri(ctx, el, alt, "amqp-connection alternate uri")
+        retry = ctx.attr(el, "retry-interval", "long", xs.DEFAULT_RETRY_INTERVAL_MS)
+        if retry < 0:
+            raise ctx.error(el, f"<amqp-connection> retry-interval must be >= 0 ms, got {retry}")
+        attempts = ctx.attr(el, "reconnect-attempts", "int", xs.DEFAULT_RECONNECT_ATTEMPTS)
+        if attempts < -1:
+            raise ctx.error(el, f"<amqp-connection> reconnect-attempts must be -1 (forever) or >= 0, got {attempts}")
+        conn = BrokerConnection(
+            name=cname, uri=uri, host=host, port=port, user=ctx.attr(el, "user"),
+            password=ctx.attr(el, "password"), retry_interval_ms=retry, reconnect_attempts=attempts,
+            auto_start=ctx.attr(el, "auto-start", "bool", xs.DEFAULT_AUTO_START),
+            elements=[_parse_connection_element(ctx, kind, c) for kind, c in children(ctx, el)],
+            line=el.line, params=params, alternate_uris=alternates)
+        _warn_sender_receiver_loop(ctx, el, conn)
+        out.append(conn)
+    return out
+
+
+def _parse_connection_element(ctx: Ctx, kind: str, el) -> BrokerConnectionElement:
+    if kind in ("peer", "sender", "receiver"):
+        ctx.check_attrs(el, xs.MATCH_ELEMENT_ATTRS)
+        am, qn = ctx.attr(el, "address-match"), ctx.attr(el, "queue-name")
+        if not am and not qn:
+            raise ctx.error(el, f"<{kind}> needs address-match=\"...\" or queue-name=\"...\"")
+        if am and qn:
+            ctx.warn(el, f"<{kind}> has both queue-name and address-match; queue-name is used")
+        if am:
+            _check_wildcard_words(ctx, el, f"<{kind}> address-match", am)
+        for child in el:
+            if isinstance(child.tag, str):
+                raise _unknown(ctx, child, kind, [])
+        return BrokerConnectionElement(kind, am or None, qn or None, {}, el.line)
+    if kind == "mirror":
+        ctx.check_attrs(el, xs.MIRROR_ATTRS)
+        attrs = {name: ctx.attr(el, name, vkind, default) for name, (vkind, default) in xs.MIRROR_ATTRS.items()}
+        props = {}
+        for pname, pel in children(ctx, el):
+            if pname != "property":
+                raise _unknown(ctx, pel, "mirror", ["property"])
+            ctx.check_attrs(pel, ("key", "value"))
+            props[ctx.attr(pel, "key", required=True)] = ctx.attr(pel, "value", default="")
+        attrs["properties"] = props
+        return BrokerConnectionElement("mirror", None, None, attrs, el.line)
+    if kind == "federation":
+        ctx.warn(el, "<federation> is stored but not implemented yet (later); it has no effect")
+        attrs = dict(el.attrib)
+        attrs["xml"] = ET.tostring(el, encoding="unicode")
+        return BrokerConnectionElement("federation", None, None, attrs, el.line)
+    if kind == "bridge":
+        raise ctx.error(el, "<bridge> in <amqp-connection> is not supported by tdbroker")
+    raise _unknown(ctx, el, "amqp-connection", _CONNECTION_CHILDREN)
+
+
+def _warn_sender_receiver_loop(ctx: Ctx, el, conn: BrokerConnection) -> None:
+    """Artemis' docs warn that a sender and a receiver for one destination loop forever."""
+    def key(e):
+        return (e.address_match, e.queue_name)
+    senders = {key(e) for e in conn.elements if e.kind == "sender"}
+    for e in conn.elements:
+        if e.kind == "receiver" and key(e) in senders:
+            target = e.queue_name or e.address_match
+            ctx.warn(e, f"<sender> and <receiver> for the same destination {target!r} on "
+                        f"connection {conn.name!r} will loop messages forever")

@@ -1,0 +1,618 @@
+"""Durable message journal for tdbroker: append-only segment files, CRC per record, group commit, compaction.
+
+(Slightly over 600 lines on purpose: the on-disk format and the crash-safety rules are written down here,
+beside the one class that must honour them; the byte codec and file helpers live in journal_io.py.)
+
+On-disk format
+--------------
+A journal is a directory of segment files named ``<seq:016d>.tdj`` (``seq`` increases monotonically), plus
+``journal.lock`` (an ``flock`` so two brokers never share a directory). Every segment starts with a
+40-byte header, all integers big-endian::
+
+    magic:8s = b"\\x89TDJRNL\\n" | version:u16 = 1 | flags:u16 = 0 | seq:u64 | first_seq:u64 | next_id:u64 | crc32:u32
+
+``seq`` repeats the file name; ``first_seq`` < ``seq`` marks a compacted segment that replaces every segment
+numbered ``first_seq .. seq-1`` (recovery deletes those leftovers of an interrupted compaction); ``next_id`` is
+a floor for new record ids, so ids are never reused even after compaction dropped every record; ``crc32``
+covers the preceding 36 bytes. Records follow back to back::
+
+    length:u32 | crc32:u32 | type:u8 | body            length = 1 + len(body); crc32 over length|type|body
+    type 1 MESSAGE  record_id:u64 | delivery_count:u32 | queue_len:u16 | queue:utf-8 | payload
+    type 2 ACK      record_id:u64                       the message was acknowledged (or moved): drop it
+    type 3 UPDATE   record_id:u64 | delivery_count:u32  durable delivery count for redelivery accounting
+
+Durability and recovery
+-----------------------
+Appends are buffered in memory; :meth:`Journal.sync` writes the whole buffer with ``os.write`` and fsyncs once
+(group commit). When the active segment would pass ``segment_bytes`` it is fsynced and sealed first and a new
+segment is created (written to ``*.tmp``, fsynced, renamed, directory fsynced), so a sealed segment is always
+complete. Recovery reads segments in order and verifies every checksum. In the **last** segment a torn tail
+is normal after ``kill -9`` or power loss and is truncated with a warning: fewer than 8 bytes left, a record
+that runs past end of file, a bad checksum on the final record, or an all-zero remainder. Anything else (a
+bad record followed by more data, any problem in an earlier segment, a wrong magic) raises an error naming
+the file and offset. Residual risk, accepted: a flipped bit in a *length* field near the end of the last
+segment that makes the record appear to run past end of file is taken for a torn tail.
+
+Compaction
+----------
+Only sealed segments are compacted and always a prefix of them, which is what makes it safe: an ACK or
+UPDATE always lies in the same or a later segment than its message. Leading sealed segments without live
+messages are unlinked oldest first (directory fsync after each, so a crash never leaves a later one gone
+while an earlier survives). If the remaining sealed segments hold dead bytes, their live messages (current
+durable delivery count folded in, append order kept) are rewritten into ``<last sealed seq>.tdj.tmp`` with
+``first_seq`` = first sealed seq, fsynced and renamed over the last sealed segment; then the others are
+unlinked. Compaction uses durable state only: an ACK still in the buffer does not drop its message.
+
+Threading: a :class:`Journal` belongs to the Trio thread. ``sync()``/``compact()`` block; the async path
+(:mod:`broker.journal_io`) splits them into plan (``begin_*``, Trio thread), I/O (``write_batch`` /
+``run_compaction``, which touch only their plan and may run in ``trio.to_thread``) and apply (``finish_*``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from broker.journal_io import (  # noqa: F401  (errors re-exported: callers import them from here)
+    COMPACT_WRITE_CHUNK, HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
+    RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_MESSAGE, T_UPDATE, TMP_SUFFIX, GroupCommitter,
+    JournalCorruptError, JournalError, JournalFailedError, JournalFormatError, JournalLockedError, create_file,
+    decode, encode_ack, encode_header, encode_message, encode_update, fsync_path, read_header, reencode_message,
+    scan_records, segment_name, write_all,
+)
+
+log = logging.getLogger("broker.journal")
+
+# Large enough that rotation (an extra fsync and a directory fsync) is rare at broker rates; small enough
+# that a fully acknowledged segment is returned to the file system promptly.
+SEGMENT_BYTES = 64 * 1024 * 1024
+# Automatic compaction rewrites sealed segments only when at least half their bytes are dead, so each live
+# byte is rewritten about once per byte of new garbage at most (amortised O(1) write amplification) ...
+COMPACT_DEAD_RATIO = 0.5
+# ... and at least this many segments' worth of bytes are dead: less is not worth a rewrite.
+COMPACT_DEAD_SEGMENTS = 1.0
+LOCK_NAME = "journal.lock"
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """An unacknowledged message as recovered from disk."""
+
+    record_id: int
+    queue: str
+    payload: bytes
+    delivery_count: int
+
+
+@dataclass(frozen=True)
+class CompactionStats:
+    """What one compaction did."""
+
+    segments_removed: int = 0
+    segments_rewritten: int = 0
+    messages_moved: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+
+@dataclass(frozen=True)
+class JournalStats:
+    """A snapshot of journal counters."""
+
+    live_messages: int
+    segments: int
+    bytes_on_disk: int
+    dead_bytes: int
+    syncs: int
+    records_synced: int
+    compactions: int
+    last_sync_seconds: float
+
+
+@dataclass
+class _Segment:
+    seq: int
+    path: str
+    size: int
+    live_bytes: int = 0
+    live_count: int = 0
+
+    @property
+    def dead_bytes(self) -> int:
+        return self.size - HEADER_BYTES - self.live_bytes
+
+
+@dataclass
+class _Live:
+    size: int
+    delivery_count: int  # latest, buffered updates included
+    durable_count: int
+    seq: int | None = None  # None while buffered
+    offset: int = 0
+    acked: bool = False  # an ACK is buffered or durable; the entry goes when the ACK is durable
+
+
+@dataclass
+class _Chunk:
+    seq: int
+    path: str
+    parts: list[bytes] = field(default_factory=list)
+    header: bytes | None = None  # set when this chunk starts a new segment
+
+
+@dataclass
+class SyncBatch:
+    """Records detached from the buffer by :meth:`Journal.begin_sync`, with where each one lands."""
+
+    records: list[tuple[int, int, bytes]]
+    placements: list[tuple[int, int]]
+    chunks: list[_Chunk]
+    fd: int
+    next_id: int
+    started: float
+    new_fds: list[int] = field(default_factory=list)
+
+
+@dataclass
+class CompactionPlan:
+    """What :meth:`Journal.run_compaction` will do; made by :meth:`Journal.begin_compaction`."""
+
+    drop: list[_Segment]  # unlinked oldest first (no rewrite)
+    covered: list[_Segment]  # replaced by the rewrite
+    moves: list[tuple[int, int, int, int]]  # record_id, source seq, source offset, size
+    counts: dict[int, int]  # record_id -> durable delivery count to write
+    target: _Segment | None
+    next_id: int
+    new_offsets: dict[int, int] = field(default_factory=dict)
+    new_size: int = 0
+
+
+class Journal:
+    """Append-only segmented journal of message records, sans-IO except for the file operations it is asked to do.
+
+    Call :meth:`recover` once before anything else; append records (buffered, not durable), then
+    :meth:`sync` (or let :class:`broker.journal_io.GroupCommitter` do it) to make them durable.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, segment_bytes: int = SEGMENT_BYTES, fsync: bool = True,
+                 compact_dead_bytes: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        if segment_bytes <= HEADER_BYTES:
+            raise ValueError(f"segment_bytes must exceed the {HEADER_BYTES}-byte header")
+        self.directory = os.fspath(directory)
+        self.segment_bytes = segment_bytes
+        self.fsync = fsync
+        self.compact_dead_bytes = (int(segment_bytes * COMPACT_DEAD_SEGMENTS)
+                                   if compact_dead_bytes is None else compact_dead_bytes)
+        self._clock = clock
+        self._segments: list[_Segment] = []
+        self._messages: dict[int, _Live] = {}
+        self._buffer: list[tuple[int, int, bytes]] = []
+        self._next_id = 1
+        self._durable_id = 0
+        self._live_count = 0
+        self._fd = -1
+        self._lock_fd = -1
+        self._state = "new"  # new -> open -> closed
+        self._busy = False
+        self._failure: BaseException | None = None
+        self._syncs = self._records_synced = self._compactions = 0
+        self._last_sync_seconds = 0.0
+
+    # ---- recovery ---------------------------------------------------------------------------------
+
+    def recover(self) -> list[StoredMessage]:
+        """Open the directory (creating it if needed), validate every segment, truncate a torn tail and
+        return the unacknowledged messages in append order."""
+        if self._state != "new":
+            raise JournalError("recover() must be called exactly once, before anything else")
+        os.makedirs(self.directory, exist_ok=True)
+        lock_path = os.path.join(self.directory, LOCK_NAME)
+        self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise JournalLockedError(f"{self.directory}: journal is in use by another process") from None
+        try:
+            return self._recover()
+        except BaseException:
+            self._state = "closed"  # half-built bookkeeping: use a new Journal after fixing the directory
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise
+
+    def _recover(self) -> list[StoredMessage]:
+        found: list[tuple[int, str]] = []
+        for name in os.listdir(self.directory):
+            path = os.path.join(self.directory, name)
+            if name.endswith(SEGMENT_SUFFIX + TMP_SUFFIX):
+                log.info("%s: removing leftover of an interrupted segment write", path)
+                os.unlink(path)
+            elif (m := SEGMENT_NAME.match(name)) is not None:
+                found.append((int(m.group(1)), path))
+        found.sort()
+        kept: list[tuple[int, str, int]] = []
+        next_floor = 1
+        removed = False
+        for seq, path in found:
+            hseq, first_seq, next_id = read_header(path)
+            if hseq != seq:
+                raise JournalCorruptError(path, 0, f"header says segment {hseq}, file name says {seq}")
+            while kept and kept[-1][0] >= first_seq:
+                old = kept.pop()
+                log.warning("%s: superseded by compacted %s, removing", old[1], path)
+                os.unlink(old[1])
+                removed = True
+            kept.append((seq, path, next_id))
+            next_floor = max(next_floor, next_id)
+        if removed and self.fsync:
+            fsync_path(self.directory, directory=True)
+        payloads: dict[int, tuple[str, bytes]] = {}
+        for i, (seq, path, _) in enumerate(kept):
+            self._scan(seq, path, last=i == len(kept) - 1, payloads=payloads)
+        self._next_id = max([next_floor] + [rid + 1 for rid in payloads])
+        for rid in list(payloads):
+            if rid not in self._messages:
+                del payloads[rid]
+        if not self._segments:
+            seg = self._create_segment(1, 1)
+            self._segments.append(seg)
+        self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._durable_id = self._next_id - 1
+        self._live_count = len(self._messages)
+        self._state = "open"
+        return [StoredMessage(rid, q, p, self._messages[rid].delivery_count) for rid, (q, p) in payloads.items()]
+
+    def _scan(self, seq: int, path: str, *, last: bool, payloads: dict[int, tuple[str, bytes]]) -> None:
+        with open(path, "rb") as f:
+            data = f.read()
+        seg = _Segment(seq, path, HEADER_BYTES)
+        self._segments.append(seg)
+        for off, end, body in scan_records(path, data, last=last, fsync=self.fsync):
+            try:
+                kind, rid, count, queue, payload = decode(body)
+                if kind == T_MESSAGE and rid in payloads:
+                    raise ValueError(f"record id {rid} appears twice")
+            except (struct.error, UnicodeDecodeError, ValueError, IndexError) as exc:
+                raise JournalCorruptError(path, off, f"undecodable record: {exc}") from None
+            seg.size = end
+            if kind == T_MESSAGE:
+                payloads[rid] = (queue, payload)
+                self._messages[rid] = _Live(end - off, count, count, seq, off)
+                seg.live_bytes += end - off
+                seg.live_count += 1
+            elif kind == T_ACK:
+                self._forget(rid)
+            elif (m := self._messages.get(rid)) is not None:
+                m.delivery_count = m.durable_count = count
+
+    def _forget(self, rid: int) -> None:
+        """A durable ACK: the message's bytes become dead (ACKs for compacted-away ids are ignored)."""
+        m = self._messages.pop(rid, None)
+        if m is not None and m.seq is not None:
+            seg = self._segment(m.seq)
+            seg.live_bytes -= m.size
+            seg.live_count -= 1
+
+    def _segment(self, seq: int) -> _Segment:
+        for seg in reversed(self._segments):
+            if seg.seq == seq:
+                return seg
+        raise KeyError(seq)
+
+    # ---- appends ----------------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise JournalFailedError(f"{self.directory}: an earlier journal write failed") from self._failure
+        if self._state != "open":
+            raise JournalError(f"journal is {self._state}; call recover() first" if self._state == "new"
+                               else "journal is closed")
+
+    def append_message(self, queue: str, payload: bytes, *, delivery_count: int = 0) -> int:
+        """Buffer a message record and return its record id; durable only after the next :meth:`sync`."""
+        self._check()
+        qb = queue.encode()
+        if len(qb) > MAX_QUEUE_NAME_BYTES:
+            raise ValueError(f"queue name longer than {MAX_QUEUE_NAME_BYTES} bytes")
+        if not 0 <= delivery_count <= MAX_DELIVERY_COUNT:
+            raise ValueError(f"delivery_count {delivery_count} out of range")
+        if MSG.size + len(qb) + len(payload) > MAX_RECORD_BYTES:
+            raise ValueError(f"message record larger than {MAX_RECORD_BYTES} bytes")
+        rid = self._next_id
+        self._next_id += 1
+        data = encode_message(rid, qb, bytes(payload), delivery_count)
+        self._messages[rid] = _Live(len(data), delivery_count, delivery_count)
+        self._live_count += 1
+        self._buffer.append((T_MESSAGE, rid, data))
+        return rid
+
+    def _live(self, record_id: int) -> _Live:
+        m = self._messages.get(record_id)
+        if m is None or m.acked:
+            raise KeyError(f"record {record_id} is not a live message")
+        return m
+
+    def append_ack(self, record_id: int) -> None:
+        """Buffer the removal of a message (acknowledged, or moved elsewhere)."""
+        self._check()
+        self._live(record_id).acked = True
+        self._live_count -= 1
+        self._buffer.append((T_ACK, record_id, encode_ack(record_id)))
+
+    def append_update(self, record_id: int, *, delivery_count: int) -> None:
+        """Buffer a new delivery count for a live message."""
+        self._check()
+        if not 0 <= delivery_count <= MAX_DELIVERY_COUNT:
+            raise ValueError(f"delivery_count {delivery_count} out of range")
+        self._live(record_id).delivery_count = delivery_count
+        self._buffer.append((T_UPDATE, record_id, encode_update(record_id, delivery_count)))
+
+    @property
+    def pending(self) -> bool:
+        """True when buffered records are waiting for a sync."""
+        return bool(self._buffer)
+
+    @property
+    def durable_id(self) -> int:
+        """Every record id up to and including this one is on disk (ids are issued and synced in order)."""
+        return self._durable_id
+
+    # ---- sync (group commit) ----------------------------------------------------------------------
+
+    def sync(self) -> list[int]:
+        """BLOCKING. Write every buffered record, fsync once, return the message ids now durable; compacts
+        automatically when enough sealed bytes are dead."""
+        wrote = bool(self._buffer)
+        ids = self._sync_buffer()
+        if wrote:
+            plan = self.begin_compaction(force=False)
+            if plan is not None:
+                self._run_plan(plan)
+        return ids
+
+    def _sync_buffer(self) -> list[int]:
+        self._check()
+        if not self._buffer:
+            return []
+        batch = self.begin_sync()
+        try:
+            self.write_batch(batch)
+        except BaseException as exc:
+            self.abort_io(exc)
+            raise
+        return self.finish_sync(batch)
+
+    def begin_sync(self) -> SyncBatch:
+        """Trio thread: detach the buffer and decide which segment each record goes to."""
+        self._check()
+        self._claim()
+        records, self._buffer = self._buffer, []
+        seg = self._segments[-1]
+        cur, size = _Chunk(seg.seq, seg.path), seg.size
+        chunks, placements = [cur], []
+        for _kind, _rid, data in records:
+            if size + len(data) > self.segment_bytes and size > HEADER_BYTES:
+                seq = cur.seq + 1
+                cur = _Chunk(seq, os.path.join(self.directory, segment_name(seq)),
+                             header=encode_header(seq, seq, self._next_id))
+                chunks.append(cur)
+                size = HEADER_BYTES
+            placements.append((cur.seq, size))
+            cur.parts.append(data)
+            size += len(data)
+        return SyncBatch(records, placements, chunks, self._fd, self._next_id, self._clock())
+
+    def write_batch(self, batch: SyncBatch) -> None:
+        """Blocking I/O, safe in a worker thread: touches only ``batch`` and its file descriptors."""
+        fd, dirty = batch.fd, False
+        for chunk in batch.chunks:
+            if chunk.header is not None:
+                if dirty and self.fsync:
+                    os.fsync(fd)  # seal the full segment before its successor exists
+                fd = create_file(self.directory, chunk.path, chunk.header, fsync=self.fsync, reopen=True)
+                batch.new_fds.append(fd)
+            if chunk.parts:
+                write_all(fd, b"".join(chunk.parts))
+                dirty = True
+        if dirty and self.fsync:
+            os.fsync(fd)
+
+    def finish_sync(self, batch: SyncBatch) -> list[int]:
+        """Trio thread: account for the written records; returns the message ids now durable."""
+        self._busy = False
+        if batch.new_fds:
+            os.close(self._fd)
+            for fd in batch.new_fds[:-1]:
+                os.close(fd)
+            self._fd = batch.new_fds[-1]
+        for chunk in batch.chunks:
+            if chunk.header is not None:
+                self._segments.append(_Segment(chunk.seq, chunk.path, HEADER_BYTES))
+        ids = []
+        for (kind, rid, data), (seq, offset) in zip(batch.records, batch.placements):
+            seg = self._segment(seq)
+            seg.size += len(data)
+            if kind == T_MESSAGE:
+                m = self._messages[rid]
+                m.seq, m.offset = seq, offset
+                seg.live_bytes += m.size
+                seg.live_count += 1
+                ids.append(rid)
+            elif kind == T_ACK:
+                self._forget(rid)
+            elif (m := self._messages.get(rid)) is not None:
+                m.durable_count = decode(data[RECORD_HEADER_BYTES:])[2]
+        self._durable_id = batch.next_id - 1
+        self._syncs += 1
+        self._records_synced += len(batch.records)
+        self._last_sync_seconds = self._clock() - batch.started
+        return ids
+
+    def abort_io(self, exc: BaseException) -> None:
+        """Trio thread: a write, fsync or compaction failed; the journal refuses further use."""
+        self._busy = False
+        self._failure = exc
+        log.error("%s: journal I/O failed, journal disabled: %r", self.directory, exc)
+
+    def _claim(self) -> None:
+        if self._busy:
+            raise JournalError("a sync or compaction is already in progress")
+        self._busy = True
+
+    def _create_segment(self, seq: int, first_seq: int) -> _Segment:
+        path = os.path.join(self.directory, segment_name(seq))
+        header = encode_header(seq, first_seq, self._next_id)
+        create_file(self.directory, path, header, fsync=self.fsync, reopen=False)
+        return _Segment(seq, path, HEADER_BYTES)
+
+    # ---- compaction -------------------------------------------------------------------------------
+
+    def compact(self) -> CompactionStats:
+        """BLOCKING. Sync the buffer, then drop fully acknowledged sealed segments and rewrite the rest of
+        the sealed segments without their dead records, keeping append order."""
+        self._sync_buffer()
+        self._check()
+        plan = self.begin_compaction(force=True)
+        return CompactionStats() if plan is None else self._run_plan(plan)
+
+    def _run_plan(self, plan: CompactionPlan) -> CompactionStats:
+        try:
+            self.run_compaction(plan)
+        except BaseException as exc:
+            self.abort_io(exc)
+            raise
+        return self.finish_compaction(plan)
+
+    def begin_compaction(self, *, force: bool) -> CompactionPlan | None:
+        """Trio thread: plan a compaction of the sealed segments, or None when there is nothing (``force``)
+        or not enough (automatic) to gain."""
+        self._check()
+        sealed = self._segments[:-1]
+        lead = 0
+        while lead < len(sealed) and sealed[lead].live_count == 0:
+            lead += 1
+        rest = sealed[lead:]
+        dead = sum(s.dead_bytes for s in rest)
+        total = sum(s.size - HEADER_BYTES for s in rest)
+        rewrite = dead > 0 and (force or (dead >= self.compact_dead_bytes and dead >= COMPACT_DEAD_RATIO * total))
+        if not rewrite and lead == 0:
+            return None
+        self._claim()
+        if not rewrite:
+            return CompactionPlan(sealed[:lead], [], [], {}, None, self._next_id)
+        in_rest = {s.seq for s in rest}
+        moves = [(rid, m.seq, m.offset, m.size) for rid, m in self._messages.items() if m.seq in in_rest]
+        counts = {rid: self._messages[rid].durable_count for rid, *_ in moves}
+        target = _Segment(rest[-1].seq, rest[-1].path, HEADER_BYTES)
+        return CompactionPlan([], sealed, moves, counts, target, self._next_id)
+
+    def run_compaction(self, plan: CompactionPlan) -> None:
+        """Blocking I/O, safe in a worker thread: touches only ``plan`` and the sealed segment files."""
+        for seg in plan.drop:
+            os.unlink(seg.path)
+            if self.fsync:
+                fsync_path(self.directory, directory=True)
+        if plan.target is None:
+            return
+        target = plan.target
+        tmp = target.path + TMP_SUFFIX
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        sources: dict[int, int] = {}
+        try:
+            chunk = [encode_header(target.seq, plan.covered[0].seq, plan.next_id)]
+            size, pending = HEADER_BYTES, HEADER_BYTES
+            for rid, seq, offset, length in plan.moves:
+                if seq not in sources:
+                    sources[seq] = os.open(self._path_of(plan, seq), os.O_RDONLY | os.O_CLOEXEC)
+                record = os.pread(sources[seq], length, offset)
+                record = reencode_message(self._path_of(plan, seq), offset, rid, record, plan.counts[rid])
+                plan.new_offsets[rid] = size
+                chunk.append(record)
+                size += len(record)
+                pending += len(record)
+                if pending >= COMPACT_WRITE_CHUNK:
+                    write_all(out, b"".join(chunk))
+                    chunk, pending = [], 0
+            write_all(out, b"".join(chunk))
+            if self.fsync:
+                os.fsync(out)
+        finally:
+            os.close(out)
+            for fd in sources.values():
+                os.close(fd)
+        os.rename(tmp, target.path)
+        if self.fsync:
+            fsync_path(self.directory, directory=True)
+        for seg in plan.covered[:-1]:
+            os.unlink(seg.path)
+        if self.fsync and len(plan.covered) > 1:
+            fsync_path(self.directory, directory=True)
+        plan.new_size = size
+
+    @staticmethod
+    def _path_of(plan: CompactionPlan, seq: int) -> str:
+        return next(s.path for s in plan.covered if s.seq == seq)
+
+    def finish_compaction(self, plan: CompactionPlan) -> CompactionStats:
+        """Trio thread: replace the compacted segments in the bookkeeping."""
+        self._busy = False
+        before = sum(s.size for s in self._segments)
+        gone = {s.seq for s in plan.drop} | {s.seq for s in plan.covered}
+        self._segments = [s for s in self._segments if s.seq not in gone]
+        if plan.target is not None:
+            target = plan.target
+            target.size = plan.new_size
+            for rid, new_offset in plan.new_offsets.items():
+                if (m := self._messages.get(rid)) is not None:
+                    m.seq, m.offset = target.seq, new_offset
+                    target.live_bytes += m.size
+                    target.live_count += 1
+            self._segments.insert(0, target)
+        self._compactions += 1
+        after = sum(s.size for s in self._segments)
+        stats = CompactionStats(len(gone) - (plan.target is not None), int(plan.target is not None),
+                                len(plan.moves), before, after)
+        log.info("%s: compaction %s", self.directory, stats)
+        return stats
+
+    # ---- life cycle & stats -----------------------------------------------------------------------
+
+    def close(self, *, discard_pending: bool = False) -> None:
+        """Sync what is buffered (unless ``discard_pending``, which is what a crash does) and release the
+        directory. Idempotent."""
+        if self._state == "open":
+            if self._busy:
+                raise JournalError("cannot close during a sync or compaction")
+            try:
+                if self._buffer and not discard_pending and self._failure is None:
+                    self._sync_buffer()
+            finally:
+                self._state = "closed"
+                self._buffer = []
+                os.close(self._fd)
+                self._fd = -1
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+        self._state = "closed"
+
+    @property
+    def stats(self) -> JournalStats:
+        """Counters for management and tests."""
+        return JournalStats(
+            live_messages=self._live_count,
+            segments=len(self._segments),
+            bytes_on_disk=sum(s.size for s in self._segments),
+            dead_bytes=sum(s.dead_bytes for s in self._segments),
+            syncs=self._syncs,
+            records_synced=self._records_synced,
+            compactions=self._compactions,
+            last_sync_seconds=self._last_sync_seconds,
+        )

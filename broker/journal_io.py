@@ -1,0 +1,296 @@
+"""Journal file level: the segment/record byte format, blocking file helpers, and the Trio group committer.
+
+The format itself is described in :mod:`broker.journal`'s module docstring. The functions here are pure or do
+blocking file I/O on the paths and descriptors they are given; :class:`GroupCommitter` runs the blocking part
+of :class:`broker.journal.Journal` syncs in ``trio.to_thread`` so that every durable send arriving while one
+fsync is in flight rides the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+import zlib
+from typing import TYPE_CHECKING, Iterator
+
+import trio
+
+if TYPE_CHECKING:
+    from broker.journal import Journal
+
+log = logging.getLogger("broker.journal")
+
+MAGIC = b"\x89TDJRNL\n"  # high byte + newline catch 7-bit and text-mode mangling, like PNG's signature
+VERSION = 1
+_HEADER = struct.Struct(">8sHHQQQ")
+_U32 = struct.Struct(">I")
+HEADER_BYTES = _HEADER.size + _U32.size
+_RECORD = struct.Struct(">II")
+RECORD_HEADER_BYTES = _RECORD.size
+MSG = struct.Struct(">BQIH")
+ACK = struct.Struct(">BQ")
+UPDATE = struct.Struct(">BQI")
+T_MESSAGE, T_ACK, T_UPDATE = 1, 2, 3
+
+# A record length above this is read as corruption instead of an allocation attempt; it is far above any
+# message size the broker accepts.
+MAX_RECORD_BYTES = 256 * 1024 * 1024
+# Field widths of the record format.
+MAX_QUEUE_NAME_BYTES = 0xFFFF
+MAX_DELIVERY_COUNT = 0xFFFFFFFF
+# Compaction writes its output in chunks of about this size, bounding its memory use.
+COMPACT_WRITE_CHUNK = 4 * 1024 * 1024
+
+SEGMENT_SUFFIX = ".tdj"
+TMP_SUFFIX = ".tmp"
+SEGMENT_NAME = re.compile(r"^(\d{16})\.tdj$")
+
+
+class JournalError(Exception):
+    """Base class of journal errors."""
+
+
+class JournalFormatError(JournalError):
+    """A file in the journal directory is not a segment this code can read (foreign file, other version)."""
+
+
+class JournalCorruptError(JournalError):
+    """A record or header failed validation somewhere recovery may not simply truncate."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path}: offset {offset}: {reason}")
+        self.path, self.offset, self.reason = path, offset, reason
+
+
+class JournalLockedError(JournalError):
+    """Another journal (process or object) holds the directory."""
+
+
+class JournalFailedError(JournalError):
+    """An earlier write or fsync failed; what reached the disk is unknown, so the journal must be reopened."""
+
+
+# ---- encoding -------------------------------------------------------------------------------------------
+
+def segment_name(seq: int) -> str:
+    return f"{seq:016d}{SEGMENT_SUFFIX}"
+
+
+def encode_header(seq: int, first_seq: int, next_id: int) -> bytes:
+    head = _HEADER.pack(MAGIC, VERSION, 0, seq, first_seq, next_id)
+    return head + _U32.pack(zlib.crc32(head))
+
+
+def frame(body: bytes) -> bytes:
+    """``length | crc32 | body`` with the checksum over length and body."""
+    length = _U32.pack(len(body))
+    return length + _U32.pack(zlib.crc32(body, zlib.crc32(length))) + body
+
+
+def encode_message(record_id: int, queue: bytes, payload: bytes, delivery_count: int) -> bytes:
+    return frame(MSG.pack(T_MESSAGE, record_id, delivery_count, len(queue)) + queue + payload)
+
+
+def encode_ack(record_id: int) -> bytes:
+    return frame(ACK.pack(T_ACK, record_id))
+
+
+def encode_update(record_id: int, delivery_count: int) -> bytes:
+    return frame(UPDATE.pack(T_UPDATE, record_id, delivery_count))
+
+
+def decode(body: bytes) -> tuple[int, int, int, str, bytes]:
+    """``(type, record_id, delivery_count, queue, payload)`` of a checked record body; ValueError (or
+    struct.error / UnicodeDecodeError) when it does not parse."""
+    kind = body[0]
+    if kind == T_MESSAGE:
+        _, rid, count, qlen = MSG.unpack_from(body)
+        if MSG.size + qlen > len(body):
+            raise ValueError("queue name runs past the record")
+        return kind, rid, count, body[MSG.size:MSG.size + qlen].decode(), body[MSG.size + qlen:]
+    if kind == T_ACK:
+        return (kind, ACK.unpack(body)[1], 0, "", b"")
+    if kind == T_UPDATE:
+        _, rid, count = UPDATE.unpack(body)
+        return kind, rid, count, "", b""
+    raise ValueError(f"unknown record type {kind}")
+
+
+# ---- reading --------------------------------------------------------------------------------------------
+
+def read_header(path: str) -> tuple[int, int, int]:
+    """``(seq, first_seq, next_id)`` of a segment; a clear error for foreign or damaged files."""
+    with open(path, "rb") as f:
+        raw = f.read(HEADER_BYTES)
+    if raw[:len(MAGIC)] != MAGIC:
+        raise JournalFormatError(f"{path}: not a trio-dispatch journal segment (starts {raw[:8]!r})")
+    if len(raw) < HEADER_BYTES:
+        raise JournalCorruptError(path, len(raw), "segment header is truncated")
+    _magic, version, _flags, seq, first_seq, next_id = _HEADER.unpack_from(raw)
+    if version != VERSION:
+        raise JournalFormatError(f"{path}: journal format version {version}, this code reads {VERSION}")
+    if _U32.unpack_from(raw, _HEADER.size)[0] != zlib.crc32(raw[:_HEADER.size]):
+        raise JournalCorruptError(path, 0, "segment header checksum mismatch")
+    if first_seq > seq:
+        raise JournalCorruptError(path, 0, f"header first_seq {first_seq} is after seq {seq}")
+    return seq, first_seq, next_id
+
+
+def scan_records(path: str, data: bytes, *, last: bool, fsync: bool) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(offset, end, body)`` for each checked record of a segment's bytes. A torn tail of the last
+    segment is truncated on disk (with a warning) and ends the iteration; any other damage raises."""
+    off, size = HEADER_BYTES, len(data)
+    while off < size:
+        torn, reason, end = False, "", 0
+        if size - off < RECORD_HEADER_BYTES:
+            torn, reason = True, "record header is cut short"
+        else:
+            length, crc = _RECORD.unpack_from(data, off)
+            end = off + RECORD_HEADER_BYTES + length
+            if not 1 <= length <= MAX_RECORD_BYTES:
+                reason = f"implausible record length {length}"
+            elif end > size:
+                torn, reason = True, f"record of {length} bytes runs past end of file"
+            elif zlib.crc32(data[off + RECORD_HEADER_BYTES:end], zlib.crc32(data[off:off + 4])) != crc:
+                torn, reason = end == size, "record checksum mismatch"
+        if reason:
+            torn = torn or not any(data[off:])  # an all-zero remainder: unsynced pages after power loss
+            if not (last and torn):
+                raise JournalCorruptError(path, off, reason)
+            log.warning("%s: torn tail at offset %d (%s); truncating %d bytes", path, off, reason, size - off)
+            os.truncate(path, off)
+            if fsync:
+                fsync_path(path)
+            return
+        yield off, end, data[off + RECORD_HEADER_BYTES:end]
+        off = end
+
+
+def reencode_message(path: str, offset: int, record_id: int, record: bytes, delivery_count: int) -> bytes:
+    """Check a message record read back for compaction and return it with ``delivery_count`` folded in."""
+    if len(record) < RECORD_HEADER_BYTES + MSG.size:
+        raise JournalCorruptError(path, offset, "message record cut short during compaction")
+    length, crc = _RECORD.unpack_from(record)
+    body = record[RECORD_HEADER_BYTES:]
+    if length != len(body) or zlib.crc32(body, zlib.crc32(record[:4])) != crc:
+        raise JournalCorruptError(path, offset, "record checksum mismatch during compaction")
+    kind, got, _count, _qlen = MSG.unpack_from(body)
+    if kind != T_MESSAGE or got != record_id:
+        raise JournalCorruptError(path, offset, f"expected message record {record_id} during compaction")
+    return frame(body[:9] + _U32.pack(delivery_count) + body[13:])
+
+
+# ---- writing --------------------------------------------------------------------------------------------
+
+def fsync_path(path: str, *, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def create_file(directory: str, path: str, data: bytes, *, fsync: bool, reopen: bool) -> int:
+    """Create ``path`` holding ``data`` atomically (write ``*.tmp``, fsync, rename, fsync the directory);
+    return an O_APPEND descriptor when ``reopen``, else -1."""
+    tmp = path + TMP_SUFFIX
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    if fsync:
+        fsync_path(directory, directory=True)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC) if reopen else -1
+
+
+# ---- Trio: group commit ---------------------------------------------------------------------------------
+
+class GroupCommitter:
+    """Runs :meth:`Journal.sync`'s blocking part in ``trio.to_thread``, one sync at a time, whenever records
+    are pending; everything appended while a sync runs rides the next one (group commit).
+
+    Start :meth:`run` in a nursery; after ``record_id = journal.append_message(...)`` a durable send awaits
+    :meth:`wait_durable` before settling ``accepted``. Compaction runs between syncs, off the Trio thread.
+    A failed write or fsync disables the journal, wakes every waiter with :class:`JournalFailedError` and
+    makes :meth:`run` raise (the broker cannot promise durability any more).
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.syncs = 0
+        self.compactions = 0
+        self._wakeup = trio.Event()
+        self._synced = trio.Event()  # replaced after every sync; waiters hold the one current at their wait
+        self._running = False
+        self._failure: BaseException | None = None
+
+    def kick(self) -> None:
+        """Ask for a sync of whatever is pending (wait_durable does this itself)."""
+        self._wakeup.set()
+
+    async def wait_durable(self, record_id: int) -> None:
+        """Return once ``record_id`` (and every record before it) is on disk."""
+        while record_id > self.journal.durable_id:
+            if self._failure is not None:
+                raise JournalFailedError("journal write failed") from self._failure
+            if not self._running:
+                raise JournalError("the group committer is not running")
+            synced = self._synced
+            self.kick()
+            await synced.wait()
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The commit loop; runs until cancelled."""
+        self._running = True
+        task_status.started()
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                while self.journal.pending:
+                    await self._commit_once()
+        finally:
+            self._running = False
+            self._synced.set()
+
+    async def _commit_once(self) -> None:
+        journal = self.journal
+        # Shielded: a sync or compaction that has started must finish and be accounted for, or the
+        # bookkeeping would no longer match the files.
+        with trio.CancelScope(shield=True):
+            batch = journal.begin_sync()
+            try:
+                await trio.to_thread.run_sync(journal.write_batch, batch)
+            except BaseException as exc:
+                self._fail(exc)
+                raise
+            journal.finish_sync(batch)
+            self.syncs += 1
+            synced, self._synced = self._synced, trio.Event()
+            synced.set()
+            plan = journal.begin_compaction(force=False)
+            if plan is not None:
+                try:
+                    await trio.to_thread.run_sync(journal.run_compaction, plan)
+                except BaseException as exc:
+                    self._fail(exc)
+                    raise
+                journal.finish_compaction(plan)
+                self.compactions += 1
+
+    def _fail(self, exc: BaseException) -> None:
+        self.journal.abort_io(exc)
+        self._failure = exc
+        self._synced.set()

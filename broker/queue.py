@@ -1,0 +1,383 @@
+"""One broker queue's delivery state machine, sans-IO: fed events (enqueue, credit, settle, consumer
+attach/detach) and the current time, it answers which message goes to which consumer. It never sleeps,
+never touches a socket or a file; the broker sends what :meth:`Queue.next_deliveries` hands out and
+journals what the callbacks and return values report.
+
+Semantics follow ActiveMQ Artemis where AMQP leaves a choice:
+
+* **Order** — JMS-style priority 0..9, higher first, FIFO within a priority. Every message gets a
+  sequence number when first enqueued and keeps it, so a message that comes back (released, modified,
+  its consumer gone) returns to its original place: ahead of everything enqueued after it.
+* **Outcomes** — accepted: gone. released: back, delivery-count unchanged. modified: back; with
+  delivery-failed the delivery-count goes up first and reaching ``max_delivery_attempts`` dead-letters
+  it; with undeliverable-here it is never offered to that consumer again. rejected: dead-lettered at
+  once.
+* **Expiry** — a message whose ``expires_at`` has passed is never delivered: it is handed to the
+  ``expired`` callback when a delivery pass meets it or when :meth:`Queue.expire` runs.
+* **Consumers** — credit-driven, round robin among the consumers that have credit.
+
+Messages stay bytes: :class:`QueuedMessage` carries the encoded message and the few header facts the
+queue needs (read once with :mod:`wire.header`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable
+from itertools import count as _counter
+
+from sortedcontainers import SortedDict, SortedList
+
+from wire.header import expires_at as _expires_at
+from wire.header import read_header, set_delivery_count
+
+__all__ = ["QueuedMessage", "Queue", "ACCEPTED", "RELEASED", "MODIFIED", "REJECTED",
+           "REASON_REJECTED", "REASON_MAX_DELIVERY_ATTEMPTS", "DEFAULT_MAX_DELIVERY_ATTEMPTS"]
+
+# JMS priorities (and Artemis's priority levels) are 0..9; AMQP's ubyte priority above 9 is clamped
+# so that a client sending 200 gets "highest", not a level of its own.
+MIN_PRIORITY, MAX_PRIORITY = 0, 9
+DEFAULT_PRIORITY = 4            # AMQP §3.2.1 and JMS default
+# Artemis address-settings default for max-delivery-attempts; 0 or less means unlimited (Artemis: -1).
+DEFAULT_MAX_DELIVERY_ATTEMPTS = 10
+
+# AMQP 1.0 outcomes (§3.4) as settle() takes them.
+ACCEPTED, RELEASED, MODIFIED, REJECTED = "accepted", "released", "modified", "rejected"
+_OUTCOMES = frozenset((ACCEPTED, RELEASED, MODIFIED, REJECTED))
+
+# Reasons passed to the dead_letter callback.
+REASON_REJECTED = "rejected"
+REASON_MAX_DELIVERY_ATTEMPTS = "max-delivery-attempts"
+
+
+class QueuedMessage:
+    """A message held by a queue: its encoded bytes plus the header facts the queue acts on.
+
+    ``record_id`` is the journal record (None for a non-durable message); ``priority`` is clamped to
+    0..9; ``expires_at`` is milliseconds since the epoch (None: never); ``delivery_count`` is the AMQP
+    header's count of prior unsuccessful delivery attempts. ``payload`` is never modified: use
+    :meth:`outgoing` for the bytes to send, which carry the current delivery-count."""
+    __slots__ = ("record_id", "payload", "priority", "expires_at", "delivery_count", "durable",
+                 "enqueued_at", "seq", "excluded")
+
+    def __init__(self, payload: bytes, *, record_id: int | None = None, priority: int = DEFAULT_PRIORITY,
+                 expires_at: int | None = None, delivery_count: int = 0, durable: bool = False,
+                 enqueued_at: int = 0):
+        self.record_id = record_id
+        self.payload = payload
+        self.priority = min(max(int(priority), MIN_PRIORITY), MAX_PRIORITY)
+        self.expires_at = expires_at
+        self.delivery_count = delivery_count
+        self.durable = durable
+        self.enqueued_at = enqueued_at
+        self.seq: int | None = None              # position in its queue, set by Queue.enqueue
+        self.excluded: set | None = None         # consumers that answered undeliverable-here
+
+    @classmethod
+    def from_bytes(cls, payload: bytes, now_ms: int, *, record_id: int | None = None) -> QueuedMessage:
+        """Build from an encoded message arriving at ``now_ms``: durable, priority and delivery-count
+        from its header, expiry from absolute-expiry-time or ttl (see :func:`wire.header.expires_at`).
+        Raises :class:`wire.amqptypes.CodecError` for a malformed message."""
+        h = read_header(payload)
+        return cls(payload, record_id=record_id, priority=h.priority, expires_at=_expires_at(payload, now_ms),
+                   delivery_count=h.delivery_count, durable=h.durable, enqueued_at=now_ms)
+
+    def outgoing(self) -> bytes:
+        """The bytes to transfer: ``payload`` with its header delivery-count brought up to date (the
+        payload itself when the count is still 0, as it was on arrival)."""
+        if self.delivery_count:
+            return set_delivery_count(self.payload, self.delivery_count)
+        return self.payload
+
+    def __repr__(self):
+        return (f"QueuedMessage(seq={self.seq}, record_id={self.record_id}, priority={self.priority}, "
+                f"delivery_count={self.delivery_count}, expires_at={self.expires_at})")
+
+
+class _Consumer:
+    __slots__ = ("id", "credit", "drain", "unacked")
+
+    def __init__(self, consumer_id):
+        self.id = consumer_id
+        self.credit = 0
+        self.drain = False
+        self.unacked: dict[int, QueuedMessage] = {}     # token -> message, in delivery order
+
+
+class Queue:
+    """A broker queue: JMS-style priority (higher first, FIFO within a priority) with sortedcontainers,
+    credit-driven delivery to consumers, redelivery, dead-lettering and expiry.
+
+    Ready messages live in a ``SortedDict`` keyed by ``(-priority, seq)``; those with an expiry are
+    also indexed by ``(expires_at, key)`` so that :meth:`expire` and :meth:`next_expiry` cost
+    O(log n) per message rather than a scan. Delivered, unsettled messages sit with their consumer under
+    a delivery token until :meth:`settle` (or :meth:`remove_consumer`) says what became of them.
+
+    Callbacks: ``dead_letter(msg, reason)`` for a message leaving by rejection or too many failed
+    attempts (reason :data:`REASON_REJECTED` / :data:`REASON_MAX_DELIVERY_ATTEMPTS`); ``expired(msg)``
+    for one whose time passed. Either may be None: the message is then dropped, as Artemis drops it when
+    no dead-letter or expiry address is configured. The queue has forgotten the message by the time a
+    callback runs; the broker routes it on and journals the removal.
+
+    Counters (Artemis names): ``message_count`` (ready + delivering), ``delivering_count``,
+    ``messages_added``, ``messages_acknowledged``, ``messages_expired``, ``messages_killed``
+    (dead-lettered), ``messages_purged``, ``consumer_count``. At all times
+    ``messages_added == message_count + messages_acknowledged + messages_expired + messages_killed +
+    messages_purged``.
+    """
+
+    def __init__(self, name: str, *, max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
+                 dead_letter: Callable[[QueuedMessage, str], None] | None = None,
+                 expired: Callable[[QueuedMessage], None] | None = None):
+        self.name = name
+        self.max_delivery_attempts = max_delivery_attempts
+        self._dead_letter = dead_letter
+        self._expired = expired
+        self._ready: SortedDict = SortedDict()          # (-priority, seq) -> QueuedMessage
+        self._expiry: SortedList = SortedList()         # (expires_at, key) of ready messages
+        self._consumers: dict[Hashable, _Consumer] = {}
+        self._rr: deque = deque()                       # consumer ids, next in turn first
+        self._deliveries: dict[int, tuple[_Consumer, QueuedMessage]] = {}
+        self._drained: dict[Hashable, int] = {}
+        self._seq = _counter()
+        self._token = _counter(1)
+        self.messages_added = 0
+        self.messages_acknowledged = 0
+        self.messages_expired = 0
+        self.messages_killed = 0
+        self.messages_purged = 0
+
+    # ---------------------------------------------------------------- counters
+
+    @property
+    def message_count(self) -> int:
+        """Messages in the queue, ready or being delivered (as Artemis counts them)."""
+        return len(self._ready) + len(self._deliveries)
+
+    @property
+    def ready_count(self) -> int:
+        return len(self._ready)
+
+    @property
+    def delivering_count(self) -> int:
+        return len(self._deliveries)
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self._consumers)
+
+    def __repr__(self):
+        return (f"Queue({self.name!r}, ready={len(self._ready)}, delivering={len(self._deliveries)}, "
+                f"consumers={len(self._consumers)})")
+
+    # ---------------------------------------------------------------- ready set
+
+    def _put(self, msg: QueuedMessage) -> None:
+        key = (-msg.priority, msg.seq)
+        self._ready[key] = msg
+        if msg.expires_at is not None:
+            self._expiry.add((msg.expires_at, key))
+
+    def _take(self, key) -> QueuedMessage:
+        msg = self._ready.pop(key)
+        if msg.expires_at is not None:
+            self._expiry.remove((msg.expires_at, key))
+        return msg
+
+    def _expire_one(self, msg: QueuedMessage) -> None:
+        self.messages_expired += 1
+        if self._expired is not None:
+            self._expired(msg)
+
+    def _kill(self, msg: QueuedMessage, reason: str) -> None:
+        self.messages_killed += 1
+        if self._dead_letter is not None:
+            self._dead_letter(msg, reason)
+
+    def enqueue(self, msg: QueuedMessage) -> None:
+        """Add a new message at the tail of its priority. Recovery re-enqueues in journal order."""
+        if msg.seq is not None:
+            raise ValueError("message already belongs to a queue")
+        msg.seq = next(self._seq)
+        self.messages_added += 1
+        self._put(msg)
+
+    def ready(self) -> list[QueuedMessage]:
+        """The ready messages in delivery order (for management and tests; O(n))."""
+        return list(self._ready.values())
+
+    # ---------------------------------------------------------------- consumers and credit
+
+    def add_consumer(self, consumer_id) -> None:
+        if consumer_id in self._consumers:
+            raise ValueError(f"consumer {consumer_id!r} already attached to {self.name!r}")
+        self._consumers[consumer_id] = _Consumer(consumer_id)
+        self._rr.append(consumer_id)
+
+    def remove_consumer(self, consumer_id, *, failed: bool = False) -> list[QueuedMessage]:
+        """Detach a consumer. Its unsettled deliveries return to the queue at their original positions
+        for other consumers; all of them are returned (in delivery order). Consumer ids must be unique
+        over the queue's life: an undeliverable-here refusal stays attached to the id.
+
+        ``failed`` (the connection dropped rather than the link closing) counts each of them as a failed
+        delivery attempt, as Artemis does: the consumer may have processed them, so the next receiver
+        should see a non-zero delivery-count. One that reaches ``max_delivery_attempts`` is then
+        dead-lettered instead of returning."""
+        c = self._consumers.pop(consumer_id)
+        self._rr.remove(consumer_id)
+        self._drained.pop(consumer_id, None)
+        back = list(c.unacked.values())
+        for token in c.unacked:
+            del self._deliveries[token]
+        c.unacked.clear()
+        for msg in back:
+            if failed:
+                self._failed_attempt(msg)
+            else:
+                self._put(msg)
+        return back
+
+    def credit(self, consumer_id, n: int) -> None:
+        """Give a consumer ``n`` more credit."""
+        if n < 0:
+            raise ValueError("credit must not be negative")
+        self._consumers[consumer_id].credit += n
+
+    def set_credit(self, consumer_id, n: int) -> None:
+        """Set a consumer's credit (the link-credit of its latest flow frame)."""
+        if n < 0:
+            raise ValueError("credit must not be negative")
+        self._consumers[consumer_id].credit = n
+
+    def credit_of(self, consumer_id) -> int:
+        return self._consumers[consumer_id].credit
+
+    def drain(self, consumer_id) -> None:
+        """The consumer asked to drain: the next :meth:`next_deliveries` uses what credit it can and
+        discards the rest; :meth:`take_drained` then reports how much was discarded."""
+        self._consumers[consumer_id].drain = True
+
+    def take_drained(self) -> dict:
+        """``{consumer_id: credit discarded}`` for each drain completed since the last call (the broker
+        advances the link's delivery-count by that much and sends the drain reply)."""
+        out, self._drained = self._drained, {}
+        return out
+
+    def unsettled(self, consumer_id) -> list[int]:
+        """Delivery tokens a consumer has not settled yet, oldest first."""
+        return list(self._consumers[consumer_id].unacked)
+
+    # ---------------------------------------------------------------- delivery
+
+    def _pick(self, msg: QueuedMessage) -> _Consumer | None:
+        """The next consumer in turn with credit that has not refused ``msg``; moves it to the back."""
+        excluded = msg.excluded
+        for i, cid in enumerate(self._rr):
+            c = self._consumers[cid]
+            if c.credit > 0 and (excluded is None or cid not in excluded):
+                del self._rr[i]
+                self._rr.append(cid)
+                return c
+        return None
+
+    def next_deliveries(self, now_ms: int) -> list[tuple[object, int, QueuedMessage]]:
+        """Hand ready messages to consumers with credit, in queue order, round robin among those
+        consumers: ``[(consumer_id, delivery_token, message), ...]``; the broker sends
+        ``message.outgoing()`` on each consumer's link. Expired messages met on the way go to the
+        expired callback instead. A message every consumer with credit has refused (undeliverable-here)
+        is skipped and stays for a later consumer."""
+        out = []
+        credit_left = sum(c.credit for c in self._consumers.values())
+        ready = self._ready
+        i = 0
+        while credit_left > 0 and i < len(ready):
+            key, msg = ready.peekitem(i)
+            if msg.expires_at is not None and now_ms >= msg.expires_at:
+                self._take(key)
+                self._expire_one(msg)
+                continue
+            c = self._pick(msg)
+            if c is None:
+                i += 1
+                continue
+            self._take(key)
+            token = next(self._token)
+            c.credit -= 1
+            credit_left -= 1
+            c.unacked[token] = msg
+            self._deliveries[token] = (c, msg)
+            out.append((c.id, token, msg))
+        for c in self._consumers.values():
+            if c.drain:
+                self._drained[c.id] = self._drained.get(c.id, 0) + c.credit
+                c.credit = 0
+                c.drain = False
+        return out
+
+    def _failed_attempt(self, msg: QueuedMessage) -> None:
+        """Count one failed delivery attempt; back to the queue, or dead-lettered at the limit."""
+        msg.delivery_count += 1
+        if 0 < self.max_delivery_attempts <= msg.delivery_count:
+            self._kill(msg, REASON_MAX_DELIVERY_ATTEMPTS)
+        else:
+            self._put(msg)
+
+    def settle(self, delivery_token: int, outcome: str, *, delivery_failed: bool = False,
+               undeliverable_here: bool = False) -> QueuedMessage:
+        """Apply a consumer's outcome to a delivery; returns the message.
+
+        accepted: the message is gone (the broker journals the acknowledgement). released: back at its
+        position, delivery-count unchanged. modified: with ``delivery_failed`` the delivery-count goes
+        up and at ``max_delivery_attempts`` the message is dead-lettered; with ``undeliverable_here``
+        it is never offered to this consumer again; then back at its position. rejected: dead-lettered.
+        An unknown token raises KeyError, an unknown outcome ValueError."""
+        if outcome not in _OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}")
+        c, msg = self._deliveries.pop(delivery_token)
+        del c.unacked[delivery_token]
+        if outcome == ACCEPTED:
+            self.messages_acknowledged += 1
+        elif outcome == REJECTED:
+            self._kill(msg, REASON_REJECTED)
+        else:
+            if undeliverable_here:
+                if msg.excluded is None:
+                    msg.excluded = set()
+                msg.excluded.add(c.id)
+            if outcome == MODIFIED and delivery_failed:
+                self._failed_attempt(msg)
+            else:
+                self._put(msg)
+        return msg
+
+    # ---------------------------------------------------------------- housekeeping
+
+    def next_expiry(self) -> int | None:
+        """The earliest ``expires_at`` among ready messages (when the broker should call
+        :meth:`expire` next), or None."""
+        return self._expiry[0][0] if self._expiry else None
+
+    def expire(self, now_ms: int) -> int:
+        """Expire every ready message whose time has come (``now_ms >= expires_at``); returns how many.
+        Messages being delivered are left to their consumer's outcome."""
+        n = 0
+        exp = self._expiry
+        while exp and exp[0][0] <= now_ms:
+            _, key = exp[0]
+            msg = self._take(key)
+            self._expire_one(msg)
+            n += 1
+        return n
+
+    def purge_messages(self) -> list[QueuedMessage]:
+        """Remove every ready message (not those being delivered) and return them, in queue order, for
+        the broker to journal their deletion."""
+        gone = list(self._ready.values())
+        self._ready.clear()
+        self._expiry.clear()
+        self.messages_purged += len(gone)
+        return gone
+
+    def purge(self) -> int:
+        """Remove every ready message; returns how many (see :meth:`purge_messages`)."""
+        return len(self.purge_messages())
