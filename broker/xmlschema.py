@@ -20,6 +20,8 @@ import xml.etree.ElementTree as ET
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import DefusedXMLParser
 
+from wire.errors import LocatedError
+
 # --- namespaces --------------------------------------------------------------
 
 #: Namespace of the root ``<configuration>`` element.
@@ -182,17 +184,8 @@ QUEUE_IGNORED_ATTRS = frozenset("""
 
 # --- errors and context ------------------------------------------------------
 
-class BrokerConfigError(Exception):
+class BrokerConfigError(LocatedError):
     """A broker.xml problem at ``path:line``; ``str()`` is ``"path:line: message"``."""
-
-    def __init__(self, path: str, line: int, message: str) -> None:
-        super().__init__(path, line, message)
-        self.path = path
-        self.line = line
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.message}"
 
 
 def did_you_mean(word: str, choices) -> str:

@@ -24,21 +24,14 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from wire.errors import LocatedError
+
 from . import schema
 from .patterns import normalise_pattern, prefix_pattern, validate_pattern
 
 
-class ConfigError(Exception):
-    """A configuration problem at ``path:line``."""
-
-    def __init__(self, path: str, line: int, message: str) -> None:
-        super().__init__(path, line, message)
-        self.path = path
-        self.line = line
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.message}"
+class ConfigError(LocatedError):
+    """A qdrouterd.conf problem at ``path:line``."""
 
 
 @dataclass
