@@ -146,6 +146,14 @@ def send_ring_tagged(link, seq: int, payload: bytes):
     return d
 
 
+def send_unique_tagged(link, seq: int, payload: bytes, unsettled: int):
+    """Send with a ring tag while the link has fewer than TAG_RING unsettled deliveries, else with a
+    longer tag that cannot collide with any ring tag."""
+    if unsettled < TAG_RING - 1:
+        return send_ring_tagged(link, seq, payload)
+    return send_message(link, b"x%x" % seq, payload)
+
+
 def copy_outcome(src, dst) -> int:
     """Copy the remote outcome of delivery ``src`` (with its details) to the local state of ``dst``.
 
