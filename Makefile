@@ -1,6 +1,6 @@
 # trio-dispatch developer entry points.
 #
-#   make run     start tdrouterd with conf/router.conf
+#   make run     start tdrouterd (conf/router.conf) with tdbroker (conf/broker.xml) attached
 #   make test    run the whole test suite (unit + system + rhea interop)
 #   make bench   run tdbench with its defaults
 #   make clean   remove the virtualenv, node_modules and caches
@@ -38,7 +38,12 @@ $(RHEA_STAMP): $(RHEA_DIR)/package.json $(RHEA_DIR)/package-lock.json
 	cd $(RHEA_DIR) && $(NPM) ci --no-audit --no-fund
 	@touch $@
 
+# The broker attaches to the router as a peer for 'queue' (it retries until the router listens);
+# Ctrl-C reaches both through the terminal's process group, and the trap covers other exits.
 run: $(VENV_STAMP)
+	@echo "make run: tdrouterd (conf/router.conf, port 5672) with tdbroker (conf/broker.xml, port 5673) attached"
+	@$(VENV)/bin/tdbroker -c conf/broker.xml & broker=$$!; \
+	trap 'kill $$broker 2>/dev/null; wait $$broker' EXIT INT TERM; \
 	$(VENV)/bin/tdrouterd -c conf/router.conf
 
 # pytest exits 5 when it ran no tests; that must fail the build, not pass it.

@@ -5,6 +5,15 @@ it no credit while no consumer exists anywhere. A consumer attaches; the produce
 every message flows, each settled end to end (the producer learns ``accepted`` only when the consumer
 accepted it).
 
+``tddemo brokered``: the same router with a tdbroker attached as an Artemis-style ``<peer>`` for the
+waypoint address ``queue``. The producer gets credit at once (the broker's queue is a destination),
+sends everything and stops; a consumer started later drains every message from the broker through the
+router.
+
+``tddemo linkroute``: the router connects to the broker (connector ``my-broker``) and link-routes
+``test`` in both directions to it: links, not messages, are proxied, and the broker's queue stores the
+messages until a consumer's link arrives.
+
 The clients use proton's reactor API (one Container, timers for the narration): a demo is about
 behaviour, not speed.
 """
@@ -49,36 +58,35 @@ def say(who: str, text: str) -> None:
     click.echo(f"{time.strftime('%H:%M:%S')}  {who:<9} {text}")
 
 
-class RouterDaemon:
-    """A tdrouterd subprocess on an ephemeral port, stopped with SIGTERM."""
+class Daemon:
+    """A tdrouterd or tdbroker subprocess with its config in a temporary directory; SIGTERM at exit."""
 
-    def __init__(self, conf_text: str):
-        self._dir = tempfile.TemporaryDirectory(prefix="tddemo-")
-        self.conf = os.path.join(self._dir.name, "router.conf")
+    def __init__(self, module: str, conf_name: str, conf_text: str, workdir: str):
+        self.module = module
+        self.conf = os.path.join(workdir, conf_name)
         with open(self.conf, "w") as f:
             f.write(conf_text)
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
-    def __enter__(self) -> "RouterDaemon":
-        self.proc = subprocess.Popen([sys.executable, "-m", "router.daemon", "-c", self.conf],
-                                     stdout=subprocess.PIPE, text=True)
+    def __enter__(self) -> "Daemon":
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, "-c", self.conf],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         for line in self.proc.stdout:
-            m = re.match(r"tdrouterd: listening on [^ ]+:(\d+) ", line)
-            if m:
+            m = re.search(r": listening on [^ ]+:(\d+) ", line)
+            if m and not self.port:
                 self.port = int(m.group(1))
-            if line.startswith("tdrouterd: ready") or time.monotonic() > deadline:
+            if ": ready" in line or time.monotonic() > deadline:
                 break
         if not self.port:
-            raise click.ClickException("tdrouterd did not start")
+            raise click.ClickException(f"{self.module} did not start")
         return self
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None:
             self.proc.terminate()
             self.proc.wait(10)
-        self._dir.cleanup()
 
 
 class Brokerless(MessagingHandler):
@@ -134,7 +142,8 @@ def main() -> None:
 @click.option("--address", default="demo/brokerless", show_default=True)
 def brokerless(count: int, address: str) -> None:
     """No broker: the producer is blocked until a consumer exists, then messages flow."""
-    with RouterDaemon(ROUTER_CONF) as router:
+    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
+            Daemon("router.daemon", "router.conf", ROUTER_CONF, tmp) as router:
         say("router", f"tdrouterd started on 127.0.0.1:{router.port} (no broker)")
         demo = Brokerless(f"amqp://127.0.0.1:{router.port}", address, count)
         Container(demo).run()
@@ -142,6 +151,163 @@ def brokerless(count: int, address: str) -> None:
         raise click.ClickException(f"expected {count} received and accepted, got "
                                    f"{demo.received} / {demo.accepted}")
     say("done", "brokerless: no credit without a consumer; credit and flow as soon as one exists")
+
+
+class SendAll(MessagingHandler):
+    """Send ``count`` messages as fast as credit allows; stop when all have an outcome."""
+
+    def __init__(self, url: str, address: str, count: int, durable: bool = True):
+        super().__init__()
+        self.url, self.address, self.count, self.durable = url, address, count, durable
+        self.sent = self.accepted = self.other = 0
+        self.first_credit = None
+
+    def on_start(self, event):
+        conn = event.container.connect(self.url)
+        event.container.create_sender(conn, self.address)
+        say("producer", f"attached to '{self.address}'")
+
+    def on_sendable(self, event):
+        if self.first_credit is None:
+            self.first_credit = event.sender.credit
+            say("producer", f"credit {self.first_credit} at once: the broker's queue takes the messages")
+        while event.sender.credit and self.sent < self.count:
+            event.sender.send(Message(body=f"message {self.sent}", durable=self.durable))
+            self.sent += 1
+
+    def on_accepted(self, event):
+        self.accepted += 1
+        self._maybe_done(event)
+
+    def on_rejected(self, event):
+        self.other += 1
+        self._maybe_done(event)
+
+    on_released = on_rejected
+
+    def _maybe_done(self, event):
+        if self.accepted + self.other == self.count:
+            say("producer", f"sent {self.sent}, {self.accepted} accepted (stored), and stops")
+            event.connection.close()
+
+
+class ReceiveAll(MessagingHandler):
+    """Receive ``count`` messages (accepting them) and stop."""
+
+    def __init__(self, url: str, address: str, count: int):
+        super().__init__()
+        self.url, self.address, self.count = url, address, count
+        self.bodies: list = []
+
+    def on_start(self, event):
+        conn = event.container.connect(self.url)
+        event.container.create_receiver(conn, self.address)
+        say("consumer", f"attached to '{self.address}'")
+
+    def on_message(self, event):
+        self.bodies.append(event.message.body)
+        if len(self.bodies) in (1, self.count):
+            say("consumer", f"received '{event.message.body}' ({len(self.bodies)} of {self.count})")
+        if len(self.bodies) == self.count:
+            event.connection.close()
+
+
+WAYPOINT_ROUTER_CONF = ROUTER_CONF + """address {
+    prefix: queue
+    waypoint: yes
+}
+"""
+
+BROKER_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<configuration xmlns="urn:activemq">
+<core xmlns="urn:activemq:core">
+  <name>demo-broker</name>
+  <journal-directory>{journal}</journal-directory>
+  <acceptors>
+    <acceptor name="amqp">tcp://127.0.0.1:0?protocols=AMQP</acceptor>
+  </acceptors>
+  <addresses>
+    <address name="{queue}"><anycast><queue name="{queue}"/></anycast></address>
+  </addresses>
+  <address-settings>
+    <address-setting match="#"><auto-create-queues>true</auto-create-queues></address-setting>
+  </address-settings>
+  {connections}
+</core>
+</configuration>
+"""
+
+PEER_CONNECTION = """<broker-connections>
+    <amqp-connection uri="tcp://127.0.0.1:{port}" name="my-router" retry-interval="200">
+      <peer address-match="queue"/>
+    </amqp-connection>
+  </broker-connections>"""
+
+LINK_ROUTE_ROUTER_CONF = ROUTER_CONF + """connector {
+    name: my-broker
+    host: 127.0.0.1
+    port: BROKER_PORT
+    role: route-container
+    retryDelaySeconds: 0.2
+}
+linkRoute {
+    prefix: test
+    direction: in
+    connection: my-broker
+}
+linkRoute {
+    prefix: test
+    direction: out
+    connection: my-broker
+}
+"""
+
+
+def _store_then_drain(url: str, address: str, count: int) -> None:
+    sender = SendAll(url, address, count)
+    Container(sender).run()
+    if sender.accepted != count:
+        raise click.ClickException(f"only {sender.accepted} of {count} messages were accepted")
+    say("", "no consumer exists anywhere; the messages wait in the broker")
+    time.sleep(1.0)
+    receiver = ReceiveAll(url, address, count)
+    Container(receiver).run()
+    if receiver.bodies != [f"message {i}" for i in range(count)]:
+        raise click.ClickException(f"expected {count} messages in order, got {len(receiver.bodies)}")
+    say("consumer", f"drained all {count} messages, in order")
+
+
+@main.command()
+@click.option("--count", default=100, show_default=True, help="Messages to send.")
+def brokered(count: int) -> None:
+    """A broker attached as a peer: send now, consume later."""
+    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
+            Daemon("router.daemon", "router.conf", WAYPOINT_ROUTER_CONF, tmp) as router:
+        say("router", f"tdrouterd on 127.0.0.1:{router.port}; address 'queue' is a waypoint")
+        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="queue",
+                                connections=PEER_CONNECTION.format(port=router.port))
+        with Daemon("broker.daemon", "broker.xml", xml, tmp):
+            say("broker", "tdbroker attached to the router as a peer for 'queue'")
+            time.sleep(0.5)  # the peer links attach
+            _store_then_drain(f"amqp://127.0.0.1:{router.port}", "queue", count)
+    say("done", "brokered: the producer never waited for a consumer; the broker stored and forwarded")
+
+
+@main.command()
+@click.option("--count", default=100, show_default=True, help="Messages to send.")
+def linkroute(count: int) -> None:
+    """The same flow through link routes to the broker (prefix 'test', both directions)."""
+    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp:
+        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="test.queue", connections="")
+        with Daemon("broker.daemon", "broker.xml", xml, tmp) as broker, \
+                Daemon("router.daemon", "router.conf", LINK_ROUTE_ROUTER_CONF.replace("BROKER_PORT", str(broker.port)),
+                       tmp) as router:
+            say("broker", f"tdbroker on 127.0.0.1:{broker.port}")
+            say("router", f"tdrouterd on 127.0.0.1:{router.port}, connector 'my-broker', "
+                          "link routes for 'test' in and out")
+            time.sleep(0.5)  # the router's connector reaches the broker
+            _store_then_drain(f"amqp://127.0.0.1:{router.port}", "test.queue", count)
+    say("done", "linkroute: the clients' links were proxied to the broker's queue")
 
 
 if __name__ == "__main__":

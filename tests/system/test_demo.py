@@ -16,3 +16,23 @@ def test_brokerless_demo_shows_the_producer_blocked_until_a_consumer_exists():
     assert any("got credit 250" in line for line in lines)
     assert sum("consumer  received 'message" in line for line in lines) == 3
     assert any("all 3 messages accepted" in line for line in lines)
+
+
+def _run_demo(*args):
+    out = subprocess.run([sys.executable, "-m", "tools.demo", *args], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.splitlines()
+
+
+def test_brokered_demo_stores_then_drains_every_message_in_order():
+    lines = _run_demo("brokered", "--count", "50")
+    assert any("credit 250 at once" in line for line in lines)
+    assert any("sent 50, 50 accepted (stored)" in line for line in lines)
+    assert any("drained all 50 messages, in order" in line for line in lines)
+
+
+def test_linkroute_demo_proxies_links_to_the_broker():
+    lines = _run_demo("linkroute", "--count", "50")
+    assert any("sent 50, 50 accepted (stored)" in line for line in lines)
+    assert any("drained all 50 messages, in order" in line for line in lines)
