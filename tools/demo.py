@@ -34,6 +34,8 @@ from proton.reactor import Container
 
 # How long the producer is left without a consumer, so the blocked state is visible.
 BLOCKED_SECONDS = 2.0
+# A demo step that has not finished by then is reported as failed instead of hanging.
+STEP_TIMEOUT_SECONDS = 30.0
 READY_TIMEOUT_SECONDS = 15.0
 ROUTER_CONF = """\
 router {
@@ -153,7 +155,23 @@ def brokerless(count: int, address: str) -> None:
     say("done", "brokerless: no credit without a consumer; credit and flow as soon as one exists")
 
 
-class SendAll(MessagingHandler):
+class _Bounded(MessagingHandler):
+    """A demo client that gives up (and stops its container) after ``STEP_TIMEOUT_SECONDS``."""
+
+    def __init__(self):
+        super().__init__()
+        self.timed_out = False
+
+    def start_timer(self, event) -> None:
+        event.container.schedule(STEP_TIMEOUT_SECONDS, self)
+
+    def on_timer_task(self, event):
+        self.timed_out = True
+        say("", f"gave up after {STEP_TIMEOUT_SECONDS:.0f} s")
+        event.container.stop()
+
+
+class SendAll(_Bounded):
     """Send ``count`` messages as fast as credit allows; stop when all have an outcome."""
 
     def __init__(self, url: str, address: str, count: int, durable: bool = True):
@@ -163,6 +181,7 @@ class SendAll(MessagingHandler):
         self.first_credit = None
 
     def on_start(self, event):
+        self.start_timer(event)
         conn = event.container.connect(self.url)
         event.container.create_sender(conn, self.address)
         say("producer", f"attached to '{self.address}'")
@@ -188,10 +207,10 @@ class SendAll(MessagingHandler):
     def _maybe_done(self, event):
         if self.accepted + self.other == self.count:
             say("producer", f"sent {self.sent}, {self.accepted} accepted (stored), and stops")
-            event.connection.close()
+            event.container.stop()
 
 
-class ReceiveAll(MessagingHandler):
+class ReceiveAll(_Bounded):
     """Receive ``count`` messages (accepting them) and stop."""
 
     def __init__(self, url: str, address: str, count: int):
@@ -200,6 +219,7 @@ class ReceiveAll(MessagingHandler):
         self.bodies: list = []
 
     def on_start(self, event):
+        self.start_timer(event)
         conn = event.container.connect(self.url)
         event.container.create_receiver(conn, self.address)
         say("consumer", f"attached to '{self.address}'")
@@ -209,7 +229,7 @@ class ReceiveAll(MessagingHandler):
         if len(self.bodies) in (1, self.count):
             say("consumer", f"received '{event.message.body}' ({len(self.bodies)} of {self.count})")
         if len(self.bodies) == self.count:
-            event.connection.close()
+            event.container.stop()  # the handler accepts this delivery on return, before any I/O
 
 
 WAYPOINT_ROUTER_CONF = ROUTER_CONF + """address {
