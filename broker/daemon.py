@@ -40,6 +40,7 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
         if broker.committer is not None:
             await nursery.start(broker.committer.run)
             nursery.start_soon(broker.durability_loop)
+        nursery.start_soon(broker.expiry_loop)
         for acc in cfg.acceptors:
             settings = broker.connection_settings(name=acc.name)
             try:

@@ -9,6 +9,16 @@ Durability: a message whose header says durable is appended to the journal and e
 journal's order puts any later acknowledgement after it), but its delivery is settled ``accepted`` only
 once the group committer reports its record on disk (:meth:`durability_loop`). Non-durable messages are
 accepted at once.
+
+Dead letters and expiry follow Artemis: a message rejected by a consumer, or whose delivery-count reaches
+the address-settings ``max-delivery-attempts``, moves to the queue of the ``dead-letter-address``; one
+whose ttl / absolute-expiry-time passes moves to the ``expiry-address`` (its expiry cleared there). The
+target queue is created if it does not exist. A durable message's move is journaled as a new message
+record on the target queue plus the acknowledgement of the old record. With no such address configured
+(or when it names the queue the message is leaving) the message is dropped and only counted.
+Expiry is time-driven: :meth:`Broker.expiry_loop` sleeps until the earliest ``next_expiry()`` of any queue
+(re-armed after every batch of events) and then calls ``Queue.expire``; the clock is injectable
+(``Broker(cfg, clock=...)``, milliseconds since the epoch).
 """
 
 from __future__ import annotations
@@ -71,8 +81,9 @@ class BrokerConnection:
 
 
 class Broker(ConnectionHandler):
-    def __init__(self, cfg: BrokerConfig):
+    def __init__(self, cfg: BrokerConfig, *, clock=None):
         self.cfg = cfg
+        self.clock = clock or _now_ms  # () -> milliseconds since the epoch
         self.name = cfg.name or "tdbroker"
         self.queues: dict[str, Queue] = {}
         self.queue_address: dict[str, str] = {}
@@ -85,22 +96,64 @@ class Broker(ConnectionHandler):
         self._wake: set = set()
         self._pending_durable: deque = deque()  # (BrokerLink, delivery, record_id)
         self._durable_wakeup = trio.Event()
+        self._expiry_wakeup = trio.Event()
+        self._expiry_armed: int | None = None  # the expires_at the expiry loop sleeps until
+        self.messages_dead_lettered = 0  # moved to a dead-letter address
+        self.messages_moved_expired = 0  # moved to an expiry address
+        self.messages_dropped = 0  # dead-lettered or expired with nowhere to go
+        # Queues that are some address-setting's expiry address: messages recovered there never expire.
+        self._expiry_targets = {s.expiry_address for s in cfg.address_settings if s.expiry_address}
         for q in cfg.queues():
             self._create_queue(q.name, q.address)
 
     # -- queues and journal -----------------------------------------------------------------------
     def _create_queue(self, name: str, address: str) -> Queue:
         settings = self.cfg.settings_for(address)
+        dla, exa = settings.dead_letter_address, settings.expiry_address
         q = Queue(name, max_delivery_attempts=settings.max_delivery_attempts,
-                  dead_letter=self._message_gone, expired=self._message_gone)
+                  dead_letter=lambda msg, reason, n=name: self._move(msg, n, dla, expired=False),
+                  expired=lambda msg, n=name: self._move(msg, n, exa, expired=True))
         self.queues[name] = q
         self.queue_address[name] = address
         return q
 
-    def _message_gone(self, msg: QueuedMessage, reason: str | None = None) -> None:
-        """Dead-lettered or expired: no dead-letter/expiry address is implemented yet, so it is dropped."""
-        if msg.record_id is not None and self.journal is not None:
-            self.journal.append_ack(msg.record_id)
+    def _target_queue(self, address: str) -> Queue:
+        """The queue of a dead-letter / expiry address, created when missing (whatever auto-create says)."""
+        if "::" in address:
+            qn = address.split("::", 1)[1]
+            return self.queues.get(qn) or self._create_queue(qn, address.split("::", 1)[0])
+        q = self.queues.get(address)
+        if q is None:
+            name = next((n for n, a in self.queue_address.items() if a == address), None)
+            if name is not None:
+                return self.queues[name]
+            q = self._create_queue(address, address)
+            log.info("created queue %s", address)
+        return q
+
+    def _move(self, msg: QueuedMessage, source: str, address: str | None, *, expired: bool) -> None:
+        """A message left queue ``source`` dead-lettered or expired: move it to ``address``'s queue, or
+        drop it when there is none (or it is the queue it left). The queue has already forgotten it."""
+        journal = self.journal
+        target = self._target_queue(address) if address else None
+        if target is None or target.name == source:
+            self.messages_dropped += 1
+            if msg.record_id is not None and journal is not None:
+                journal.append_ack(msg.record_id)
+            return
+        moved = QueuedMessage(msg.payload, priority=msg.priority, expires_at=None,
+                              delivery_count=msg.delivery_count, durable=msg.durable, enqueued_at=self.clock())
+        if msg.record_id is not None and journal is not None:
+            moved.record_id = journal.append_message(target.name, msg.payload, delivery_count=msg.delivery_count)
+            journal.append_ack(msg.record_id)
+        target.enqueue(moved)
+        self._dirty.add(target)
+        if expired:
+            self.messages_moved_expired += 1
+        else:
+            self.messages_dead_lettered += 1
+        log.debug("%s message moved from %s to %s", "expired" if expired else "dead-lettered", source,
+                  target.name)
 
     def lookup_queue(self, address: str) -> Queue | None:
         """The queue a link names: a queue name, ``address::queue`` (FQQN), or an address with configured
@@ -129,6 +182,8 @@ class Broker(ConnectionHandler):
             msg = QueuedMessage.from_bytes(sm.payload, now, record_id=sm.record_id)
             msg.delivery_count = sm.delivery_count
             msg.durable = True
+            if sm.queue in self._expiry_targets:
+                msg.expires_at = None
             q.enqueue(msg)
         self.committer = GroupCommitter(self.journal)
         log.info("journal %s: recovered %d messages", self.cfg.journal_directory, len(stored))
@@ -146,6 +201,45 @@ class Broker(ConnectionHandler):
             while self._pending_durable:
                 await self.committer.wait_durable(self._pending_durable[-1][2])
                 self._settle_durable()
+
+    def next_expiry(self) -> int | None:
+        """The earliest expires_at of a ready message in any queue, or None."""
+        times = [t for t in (q.next_expiry() for q in self.queues.values()) if t is not None]
+        return min(times) if times else None
+
+    def expire_due(self, now: int | None = None) -> int:
+        """Expire (move or drop) every ready message whose time has come; returns how many. Runs the
+        batch-end work (dispatch to the expiry queues, journal kick) when anything expired."""
+        now = self.clock() if now is None else now
+        n = 0
+        for q in list(self.queues.values()):
+            t = q.next_expiry()
+            if t is not None and t <= now:
+                n += q.expire(now)
+        if n:
+            self.on_batch_end()
+        return n
+
+    async def expiry_loop(self) -> None:
+        """Sleep until the earliest expiry (re-armed by :meth:`_arm_expiry` after each batch), then
+        expire what is due."""
+        while True:
+            nxt = self.next_expiry()
+            self._expiry_armed = nxt
+            if nxt is None:
+                await self._expiry_wakeup.wait()
+            else:
+                with trio.move_on_after(max(0.0, (nxt - self.clock()) / 1000.0)):
+                    await self._expiry_wakeup.wait()
+            self._expiry_wakeup = trio.Event()
+            self.expire_due()
+
+    def _arm_expiry(self) -> None:
+        """Wake the expiry loop when a message now expires before the time it sleeps until."""
+        nxt = self.next_expiry()
+        if nxt is not None and (self._expiry_armed is None or nxt < self._expiry_armed):
+            self._expiry_armed = nxt
+            self._expiry_wakeup.set()
 
     def _settle_durable(self) -> None:
         durable = self.journal.durable_id
@@ -215,7 +309,7 @@ class Broker(ConnectionHandler):
 
     def _store(self, bl: BrokerLink, d, payload: bytes) -> None:
         try:
-            msg = QueuedMessage.from_bytes(payload, _now_ms())
+            msg = QueuedMessage.from_bytes(payload, self.clock())
         except Exception as exc:  # a malformed message: reject it, keep the link
             raw.set_rejected(d, "amqp:decode-error", str(exc)[:200])
             raw.delivery_settle(d)
@@ -283,8 +377,11 @@ class Broker(ConnectionHandler):
         self._dirty.add(q)
 
     def on_batch_end(self) -> None:
-        if self._dirty:
+        rounds = 0
+        while self._dirty and rounds < 4:  # a dispatch may move messages to dead-letter/expiry queues
             self._dispatch()
+            rounds += 1
+        self._arm_expiry()
         if self._wake:
             wake, self._wake = self._wake, set()
             for engine in wake:
@@ -296,7 +393,7 @@ class Broker(ConnectionHandler):
 
     def _dispatch(self) -> None:
         dirty, self._dirty = self._dirty, set()
-        now = _now_ms()
+        now = self.clock()
         consumers = self.consumers
         wake = self._wake
         send = raw.send_unique_tagged
