@@ -17,7 +17,7 @@ import trio
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
 from broker.connections import run_broker_connection
 from broker.server import Broker
-from wire.driver import serve_listener
+from wire.driver import serve_listener, shut_down_on_signal
 
 log = logging.getLogger("broker.daemon")
 
@@ -59,13 +59,8 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
                 nursery.start_soon(run_broker_connection, broker, conn)
         print("tdbroker: ready", flush=True)
         task_status.started(broker)
-        async for signum in signals:
-            log.info("signal %d: shutting down", signum)
-            break
-        broker.close_all()
-        with trio.move_on_after(SHUTDOWN_GRACE_SECONDS):
-            while broker.connections:
-                await trio.sleep(0.02)
+        await shut_down_on_signal(signals, broker.close_all, lambda: bool(broker.connections),
+                                  SHUTDOWN_GRACE_SECONDS)
         # Acknowledgements of the last moments ride one final sync (Journal.close syncs the buffer).
         nursery.cancel_scope.cancel()
 

@@ -18,7 +18,7 @@ import trio
 from router.config import ConfigError, RouterConfig, load_config
 from router.core import Router
 from router.logsetup import configure_logging
-from wire.driver import Backoff, run_connector, serve_listener
+from wire.driver import Backoff, run_connector, serve_listener, shut_down_on_signal
 from wire.sasl import SaslConfigError, server_mechanisms
 
 log = logging.getLogger("router.daemon")
@@ -125,13 +125,8 @@ async def _serve(router: Router, cfg: RouterConfig, signals, task_status) -> Non
         nursery.start_soon(_ticker, router)
         print(f"tdrouterd: ready (router id {router.id})", flush=True)
         task_status.started(router)
-        async for signum in signals:
-            log.info("signal %d: shutting down", signum)
-            break
-        router.close_all()
-        with trio.move_on_after(SHUTDOWN_GRACE_SECONDS):
-            while router.connections:
-                await trio.sleep(0.02)
+        await shut_down_on_signal(signals, router.close_all, lambda: bool(router.connections),
+                                  SHUTDOWN_GRACE_SECONDS)
         nursery.cancel_scope.cancel()
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from wire import raw
 from wire.annotations import strip_router_annotations
 from wire.codec import CodecError, message_to
-from router.addresses import BALANCED, CLOSEST, MULTICAST, UNAVAILABLE
+from router.addresses import CLOSEST, MULTICAST, UNAVAILABLE
 from router.links import InDelivery, RouterLink
 
 ACCEPTED = raw.ACCEPTED

@@ -186,3 +186,16 @@ async def run_connector(host: str, port: int, make_engine: Callable[[str], Engin
             return
         state("CONNECTING")
         await trio.sleep(delay)
+
+
+async def shut_down_on_signal(signals, close_all: Callable[[], None], connections_open: Callable[[], bool],
+                              grace_seconds: float) -> None:
+    """A daemon's graceful end: wait for the first signal, close every connection (peers get a close
+    frame), and give the close handshakes up to ``grace_seconds`` before returning."""
+    async for signum in signals:
+        log.info("signal %d: shutting down", signum)
+        break
+    close_all()
+    with trio.move_on_after(grace_seconds):
+        while connections_open():
+            await trio.sleep(0.02)

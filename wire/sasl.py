@@ -7,7 +7,6 @@ authenticator touches this module and the listener's configuration only.
 
 from __future__ import annotations
 
-from proton import SASL
 
 # Mechanisms this build can verify on the server side. PLAIN needs a credential store (a later issue).
 SERVER_MECHANISMS = frozenset({"ANONYMOUS"})
