@@ -129,6 +129,10 @@ class Address:
     __slots__ = (
         "key", "name", "phase", "distribution", "rlinks", "inlinks", "rr",
         "deliveries_ingress", "deliveries_egress", "deliveries_dropped", "pattern",
+        # mesh: routers with a destination for this key (id -> True), the distinct data links towards
+        # them (cheapest first), and a router-internal endpoint (e.g. $management) that consumes it
+        "rnodes", "remote", "handler", "deliveries_transit", "deliveries_to_container",
+        "deliveries_from_container",
     )
 
     def __init__(self, key: str, name: str, phase: int, distribution: str, pattern: str | None = None):
@@ -143,14 +147,20 @@ class Address:
         self.deliveries_ingress = 0
         self.deliveries_egress = 0
         self.deliveries_dropped = 0
+        self.deliveries_transit = 0
+        self.deliveries_to_container = 0
+        self.deliveries_from_container = 0
+        self.rnodes: dict = {}
+        self.remote: list = []
+        self.handler = None
 
     @property
     def has_destination(self) -> bool:
-        return bool(self.rlinks)
+        return bool(self.rlinks or self.remote or self.handler is not None)
 
     @property
     def unused(self) -> bool:
-        return not self.rlinks and not self.inlinks
+        return not self.rlinks and not self.inlinks and not self.rnodes and self.handler is None
 
     def __repr__(self) -> str:
         return f"<Address {self.key} {self.distribution} out={len(self.rlinks)} in={len(self.inlinks)}>"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 
 import proton
 
@@ -17,7 +18,9 @@ from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, 
 from router.autolinks import AutoLinkManager
 from router.linkroutes import LinkRouter
 from router.forwarder import Forwarder
+from router.interrouter import OPEN_ANNOTATIONS_VERSION, OPEN_COST_PROPERTY, InterRouterLinks
 from router.links import RouterConnection, RouterLink
+from router.meshforward import MeshForwarding
 
 log = logging.getLogger("router.core")
 
@@ -53,12 +56,21 @@ def waypoint_ordinal(terminus) -> int | None:
     return None
 
 
-class Router(Forwarder, ConnectionHandler):
+# Router entity timers (seconds) handed to the routing engine in interior mode, with Dispatch's defaults.
+MESH_TIMER_DEFAULTS = {
+    "hello_interval": 1.0, "hello_max_age": 3.0, "ra_interval": 30.0, "ra_interval_flux": 4.0,
+    "remote_ls_max_age": 60.0,
+}
+
+
+class Router(MeshForwarding, Forwarder, ConnectionHandler):
     """One router's routing state and its AMQP endpoint logic."""
 
     def __init__(self, router_id: str, *, default_distribution: str = "balanced", address_entities=(),
-                 auto_link_entities=(), link_route_entities=(), clock=None):
+                 auto_link_entities=(), link_route_entities=(), clock=None, mode: str = "standalone",
+                 mesh_timers: dict | None = None):
         self.id = router_id
+        self.mode = mode or "standalone"
         self.parser = AddressParser(router_id)
         self.address_config = AddressConfigTable(default_distribution)
         for entity in address_entities:
@@ -68,18 +80,46 @@ class Router(Forwarder, ConnectionHandler):
         self._partial: dict = {}  # incoming delivery pointer -> list of chunks received so far
         self._clock = clock or (lambda: 0.0)
         self._init_forwarder()
+        self._init_mesh()
+        self.inter_router = InterRouterLinks(self)
+        if self.mode == "interior":
+            from router.mesh.engine import RoutingEngine
+
+            timers = dict(MESH_TIMER_DEFAULTS, **(mesh_timers or {}))
+            self.mesh = RoutingEngine(router_id, self, instance=int(time.time()), **timers)
         self.auto_links = AutoLinkManager(self, auto_link_entities)
         self.link_router = LinkRouter(self, link_route_entities)
 
     def tick(self, now: float) -> None:
-        """Time-driven work (auto-link retries). The daemon calls it every TICK_SECONDS."""
+        """Time-driven work (auto-link retries, the routing protocol). The daemon calls it every
+        TICK_SECONDS."""
         self.auto_links.tick(now)
+        if self.mesh is not None:
+            self.mesh.tick(now)
+            self.inter_router.flush()
+            self.on_batch_end()
+
+    def now(self) -> float:
+        return self._clock()
+
+    def mesh_flush(self) -> None:
+        self.inter_router.flush()
+
+    def mesh_data_links_changed(self) -> None:
+        for addr in list(self.addresses.values()):
+            if addr.rnodes:
+                self._recompute_remote(addr)
 
     # -- engines ---------------------------------------------------------------------------------
     def connection_settings(self, **kw) -> ConnectionSettings:
         """Settings with this router's identity filled in (container id = router id, as Dispatch)."""
         kw.setdefault("container_id", self.id)
-        kw.setdefault("properties", {"product": PRODUCT, "version": VERSION})
+        props = {"product": PRODUCT, "version": VERSION}
+        if kw.get("role") in ("inter-router", "edge"):
+            props[OPEN_ANNOTATIONS_VERSION] = 1
+            if int(kw.get("cost") or 1) > 1:
+                props[OPEN_COST_PROPERTY] = int(kw["cost"])
+        kw.setdefault("properties", props)
         return ConnectionSettings(**kw)
 
     def new_engine(self, settings: ConnectionSettings, *, server: bool, remote_host: str = "") -> EngineConnection:
@@ -99,6 +139,10 @@ class Router(Forwarder, ConnectionHandler):
         lp = raw.delivery_link(d)
         rl = engine.app.links.get(lp)
         if rl is None:
+            rc = engine.app
+            if rc.mesh is not None and self.inter_router.is_control(rc, lp):
+                self.inter_router.control_delivery(rc, d)
+                return
             routed = self.link_router.links.get(lp) if self.link_router.links else None
             if routed is not None:
                 self.link_router.on_delivery(routed, d)
@@ -160,6 +204,10 @@ class Router(Forwarder, ConnectionHandler):
     def on_link_flow(self, engine, link) -> None:
         rl = engine.app.links.get(link)
         if rl is None:
+            rc = engine.app
+            if rc.mesh is not None and self.inter_router.is_control(rc, link):
+                self.inter_router.control_flow(rc)
+                return
             routed = self.link_router.links.get(link) if self.link_router.links else None
             if routed is not None:
                 self.link_router.on_flow(routed)
@@ -176,6 +224,14 @@ class Router(Forwarder, ConnectionHandler):
     def on_connection_open(self, engine) -> None:
         log.info("connection %d from %s opened (container %s, role %s)", engine.id, engine.remote_host,
                  engine.remote_container, engine.settings.role)
+        if engine.settings.role == "inter-router":
+            if self.mesh is None:
+                log.error("connection %d: inter-router connection refused: router mode is %s, not interior",
+                          engine.id, self.mode)
+                engine.close("amqp:not-allowed", f"router {self.id} is not an interior router")
+                return
+            self.inter_router.connection_opened(engine.app)
+            return
         self.auto_links.connection_opened(engine.app)
 
     # -- links the router attaches itself (auto-links) --------------------------------------------
@@ -209,12 +265,16 @@ class Router(Forwarder, ConnectionHandler):
             addr.rlinks.append(rl)
             if first:
                 self.destination_appeared(addr)
+                self.local_destination_added(addr)
         rl.engine.wake()
 
     def on_link_open(self, engine, link) -> None:
         lo = raw.link_object(link)
         rc: RouterConnection = engine.app
         capacity = engine.settings.link_capacity
+        if rc.mesh is not None and self.inter_router.link_open(engine, link, lo):
+            engine.wake()
+            return
         if self.link_router:
             node = lo.remote_source if lo.is_sender else lo.remote_target
             if not node.dynamic and self.link_router.try_attach(engine, link, lo, node.address):
@@ -243,6 +303,7 @@ class Router(Forwarder, ConnectionHandler):
             addr.rlinks.append(rl)
             if first:
                 self.destination_appeared(addr)
+                self.local_destination_added(addr)
             log.debug("outgoing link %s attached to %s", lo.name, addr.key)
         else:  # the peer sends: an incoming link
             tgt = lo.remote_target
@@ -268,7 +329,11 @@ class Router(Forwarder, ConnectionHandler):
         if self.link_router.links and self.link_router.link_closed(link):
             engine.wake()
             return
-        rl = engine.app.links.pop(link, None)
+        rc = engine.app
+        if rc.mesh is not None and self.inter_router.link_closed(rc, link):
+            engine.wake()
+            return
+        rl = rc.links.pop(link, None)
         if rl is not None:
             self._unbind(rl)
             if rl.auto_link is not None:
@@ -281,6 +346,7 @@ class Router(Forwarder, ConnectionHandler):
         for rl in list(rc.links.values()):
             self._unbind(rl)
         rc.links.clear()
+        self.inter_router.connection_closed(rc)
         self.connections.discard(rc)
         self.auto_links.connection_closed(rc)
         if self.link_router.links:
@@ -332,6 +398,9 @@ class Router(Forwarder, ConnectionHandler):
                 addr.rlinks.remove(rl)
             except ValueError:
                 pass
+            else:
+                if not addr.rlinks:
+                    self.local_destination_removed(addr)
             self.fail_outgoing(rl)
         if addr is not None and addr.unused and self.addresses.get(addr.key) is addr:
             del self.addresses[addr.key]

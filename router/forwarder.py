@@ -69,6 +69,9 @@ class Forwarder:
             ind = InDelivery(d, rl, msg)
         rl.delivery_count += 1
         rl.outstanding += 1
+        if rl.inter_router:
+            self.mesh_message_in(ind, msg)
+            return
         # Sections come in order, so when the first one is properties (0x73) or later there is no
         # message-annotations section to look into; only then is the byte scan skipped.
         if msg[2:3] < b"\x73" and ROUTER_ANNOTATION_MARK in msg:
@@ -92,6 +95,10 @@ class Forwarder:
         self.forward(ind, addr)
 
     def forward(self, ind: InDelivery, addr) -> None:
+        if addr.remote or addr.handler is not None:
+            # Other routers or a router-internal endpoint take this address (router/interrouter.py).
+            self.forward_special(ind, addr)
+            return
         rlinks = addr.rlinks
         if not rlinks:
             self._no_route(ind, addr.name)
@@ -170,6 +177,7 @@ class Forwarder:
             return
         unsettled = ol.unsettled
         presettled_out = ol.presettled_out
+        mesh = ol.inter_router  # a neighbour router gets the annotated form (ingress, trace, to, phase)
         seq = ol.tag_seq
         sent = 0
         ring_ok = len(unsettled) + credit < raw.TAG_RING
@@ -177,9 +185,9 @@ class Forwarder:
             ind = q.popleft()
             seq += 1
             if ring_ok:
-                od = _send_ring_tagged(ptr, seq, ind.msg)
+                od = _send_ring_tagged(ptr, seq, ind.mesh_msg if mesh else ind.msg)
             else:  # more unsettled than the tag ring holds: unique tags the slow way
-                od = _send_message(ptr, b"x%x" % seq, ind.msg)
+                od = _send_message(ptr, b"x%x" % seq, ind.mesh_msg if mesh else ind.msg)
             credit -= 1
             sent += 1
             if ind.ptr is None or presettled_out:
@@ -204,10 +212,11 @@ class Forwarder:
         il.outstanding -= 1
         if ind.ptr is None and ind.copies == 0:
             ind.msg = None
+            ind.mesh_msg = None
         if il.closed:
             return
         addr = il.address
-        if addr is not None and not addr.rlinks:
+        if addr is not None and not addr.rlinks and not addr.has_destination:
             il.owed_credit += 1
             il.withheld = True
             return
@@ -405,14 +414,17 @@ class Forwarder:
                 self._left_buffer(ind)
         unsettled = ol.unsettled
         ol.unsettled = {}
+        # Through a lost neighbour the copy may or may not have reached a consumer; issue 4 asks for
+        # such in-flight deliveries to go back to their producers as released.
+        lost = RELEASED if ol.inter_router else MODIFIED
         for ind in unsettled.values():
             ind.copies -= 1
-            self._copy_done(ind, MODIFIED, None)
+            self._copy_done(ind, lost, None)
 
     def grant_initial_credit(self, il: RouterLink) -> None:
         """Credit for a new incoming link: capacity now if it can go somewhere, else withheld."""
         addr = il.address
-        if addr is None or addr.rlinks:
+        if addr is None or addr.has_destination:
             _link_flow(il.ptr, il.capacity)
         else:
             il.withheld = True

@@ -15,7 +15,7 @@ _link_ids = itertools.count(1)
 class RouterConnection:
     """The router's view of one AMQP connection."""
 
-    __slots__ = ("engine", "links", "role", "opened_at", "name")
+    __slots__ = ("engine", "links", "role", "opened_at", "name", "mesh")
 
     def __init__(self, engine, role: str, name: str, opened_at: float):
         self.engine = engine
@@ -23,6 +23,7 @@ class RouterConnection:
         self.role = role
         self.name = name
         self.opened_at = opened_at
+        self.mesh = None  # router.interrouter.MeshConnection on an inter-router connection
 
 
 class RouterLink:
@@ -41,6 +42,8 @@ class RouterLink:
         # state and counters
         "closed", "dynamic_address", "auto_link", "delivery_count", "accepted", "rejected", "released",
         "modified", "presettled", "dropped_presettled",
+        # inter-router: a data link to/from a neighbour router (router annotations kept, not stripped)
+        "inter_router",
     )
 
     def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str):
@@ -74,6 +77,7 @@ class RouterLink:
         self.modified = 0
         self.presettled = 0
         self.dropped_presettled = 0
+        self.inter_router = False
 
     @property
     def backlog(self) -> int:
@@ -94,7 +98,7 @@ class InDelivery:
     outcome for multicast (priority rejected > accepted > modified > released).
     """
 
-    __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast")
+    __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast", "ra", "mesh_msg")
 
     def __init__(self, ptr, link: RouterLink, msg: bytes):
         self.ptr = ptr
@@ -104,3 +108,7 @@ class InDelivery:
         self.buffered = 0
         self.outcome = 0
         self.multicast = False
+        # Mesh only: the router annotations a message arrived with from a neighbour (``msg`` then holds
+        # the stripped form for local consumers), and the annotated form for the next router.
+        self.ra = None
+        self.mesh_msg = None

@@ -55,6 +55,7 @@ class ConnectionSettings:
     offered_capabilities: tuple = (ANONYMOUS_RELAY,)
     properties: dict = field(default_factory=dict)
     name: str = ""  # listener/connector name, for management and logs
+    cost: int = 1  # inter-router role: this connection's routing cost (Dispatch's `cost`)
 
 
 class ConnectionHandler:

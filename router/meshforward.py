@@ -1,0 +1,322 @@
+"""Forwarding beyond this router's own links: neighbour routers (the mesh) and router-internal endpoints.
+
+The standalone hot path in :mod:`router.forwarder` stays as it was; an address takes this path only when
+other routers have destinations for it (``addr.remote``), when a router-internal endpoint consumes it
+(``addr.handler``, e.g. ``$management``), or when the message came from a neighbour router.
+
+Mesh semantics (reference §1.2, §1.5, §4.4):
+
+* A message leaving for a neighbour carries ``x-opt-qd.ingress`` (kept if present, else this router),
+  ``x-opt-qd.trace`` (received list + this router), ``x-opt-qd.to`` for link-addressed producers and
+  ``x-opt-qd.phase`` when the phase is not 0. A message leaving for a client or broker has none of them.
+* Never back to a router already in the trace or the connection it came from; a message whose trace is
+  longer than radius + 1 is looping and is released.
+* closest: a local consumer first, else the cheapest router. balanced: the least backlog, remote links
+  weighted by their cost. multicast: every local consumer plus one copy per next-hop connection that is
+  on the shortest path from the message's ingress router (valid origins).
+* The routing engine (:mod:`router.mesh`) tells us, through the MeshListener methods below, which routers
+  have destinations for which keys and which connection leads to each router.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from wire import raw
+from wire.annotations import RouterAnnotations, read_router_annotations, set_router_annotations, \
+    strip_router_annotations
+from wire.codec import CodecError, message_to
+from router.addresses import BALANCED, CLOSEST, MULTICAST, UNAVAILABLE, Address
+from router.links import InDelivery
+
+log = logging.getLogger("router.mesh")
+
+ACCEPTED = raw.ACCEPTED
+RELEASED = raw.RELEASED
+
+# Treatment hints carried in MAU (reference §1.2): code -> our distribution name.
+HINT_DISTRIBUTION = {0: MULTICAST, 1: MULTICAST, 2: CLOSEST, 3: BALANCED}
+DISTRIBUTION_HINT = {MULTICAST: 1, CLOSEST: 2, BALANCED: 3}
+
+# Only these key classes are exchanged in MAU (reference §4.4 item 6).
+MOBILE_KEY_CLASSES = ("M", "C", "D", "E", "F", "H")
+
+_EMPTY_RA = RouterAnnotations()
+
+
+class LocalSource:
+    """Stands in for the incoming link of messages the router itself sends (management replies)."""
+
+    closed = True  # nothing to give credit back to
+    address = None
+    conn = None
+    inter_router = False
+    engine = None
+    name = "(router)"
+
+    def __init__(self) -> None:
+        self.outstanding = 0
+
+
+class MeshForwarding:
+    """Mixin for :class:`router.core.Router`: mesh forwarding, MeshListener, local endpoints."""
+
+    def _init_mesh(self) -> None:
+        self.mesh = None  # router.mesh.engine.RoutingEngine in interior mode
+        self.next_hops: dict = {}  # router id -> RouterConnection of the neighbour to send through
+        self.costs: dict = {}
+        self.valid_origins: dict = {}
+        self.radius = 0
+        self._local_source = LocalSource()
+        self.deliveries_transit = 0
+        self.deliveries_radius_dropped = 0
+
+    # -- router-internal endpoints ------------------------------------------------------------------
+    def add_local_endpoint(self, name: str, handler) -> None:
+        """Deliver messages for ``name``, ``_local/name`` and ``_topo/0/<this router>/name`` to
+        ``handler(msg_bytes)``. They are accepted once the handler returns (even if it raised)."""
+        for key in ("L" + name, "M0" + name):
+            addr = self._bind_address(key, name, CLOSEST)
+            addr.handler = handler
+            self.destination_appeared(addr)
+
+    def send_local(self, msg: bytes) -> bool:
+        """Send a message from the router itself (pre-settled), routed by its ``to``. False: no route."""
+        try:
+            to = message_to(msg)
+        except CodecError as exc:
+            log.warning("router-internal message not sent: %s", exc)
+            return False
+        addr = self.addresses.get(self.parser.key_for_to(to)) if to else None
+        if addr is None or not addr.has_destination:
+            log.debug("router-internal message to %s dropped: no route", to)
+            return False
+        src = self._local_source
+        src.outstanding += 1
+        ind = InDelivery(None, src, msg)
+        self.forward(ind, addr)
+        self.on_batch_end()
+        return True
+
+    # -- arrival from a neighbour -----------------------------------------------------------------
+    def mesh_message_in(self, ind: InDelivery, msg: bytes) -> None:
+        """A message from a neighbour router's data link: route by its annotations, keep them."""
+        try:
+            ra = read_router_annotations(msg) or _EMPTY_RA
+            to = ra.to_override or message_to(msg)
+        except CodecError as exc:
+            self._reject(ind, "amqp:decode-error", f"malformed message: {exc}")
+            return
+        ind.ra = ra
+        addr = self.addresses.get(self.parser.key(to, ra.phase or 0)) if to else None
+        if addr is None:
+            self._no_route(ind, None)
+            return
+        self.forward_special(ind, addr)
+
+    # -- the special forwarding path --------------------------------------------------------------
+    def forward_special(self, ind: InDelivery, addr: Address) -> None:
+        handler = addr.handler
+        if handler is not None:
+            self._to_handler(ind, addr, handler)
+            return
+        ra = ind.ra
+        rlinks = addr.rlinks
+        remote = addr.remote
+        if ra is not None:
+            trace = ra.trace or ()
+            if len(trace) > self.radius + 1:
+                self.deliveries_radius_dropped += 1
+                self._no_route(ind, None)
+                return
+            came_from = ind.link.conn
+            if remote:
+                remote = [ol for ol in remote if ol.conn is not came_from and ol.conn.mesh.peer_id not in trace]
+        if not rlinks and not remote:
+            self._no_route(ind, addr.name)
+            return
+        dist = addr.distribution
+        if dist == MULTICAST:
+            if remote and ra is not None and ra.ingress and ra.ingress != self.id:
+                remote = self._valid_for_origin(addr, remote, ra.ingress)
+            targets = list(rlinks) + remote
+            if not targets:
+                self._no_route(ind, addr.name)
+                return
+            ind.multicast = True
+        elif dist == UNAVAILABLE:
+            self._reject(ind, "amqp:not-found", f"address {addr.name} is unavailable")
+            return
+        elif dist == CLOSEST:
+            if rlinks:
+                targets = [rlinks[addr.rr % len(rlinks)]]
+                addr.rr += 1
+            else:
+                targets = [remote[0]]
+        else:
+            targets = [self._pick_balanced_mesh(addr, rlinks, remote)]
+        if ra is None:
+            addr.deliveries_ingress += 1
+        elif not rlinks:
+            addr.deliveries_transit += 1
+            self.deliveries_transit += 1
+        raw_msg = ind.msg
+        if any(ol.inter_router for ol in targets):
+            ind.mesh_msg = self._annotated(ind, addr, raw_msg)
+        if ra is not None and any(not ol.inter_router for ol in targets):
+            ind.msg = strip_router_annotations(raw_msg)
+        n = len(targets)
+        ind.copies += n
+        ind.buffered += n
+        dirty = self._dirty
+        for ol in targets:
+            ol.undelivered.append(ind)
+            if not ol.dirty:
+                ol.dirty = True
+                dirty.append(ol)
+
+    def _annotated(self, ind: InDelivery, addr: Address, msg: bytes) -> bytes:
+        ra = ind.ra
+        if ra is None:
+            ingress = self.id
+            trace = [self.id]
+            to_override = addr.name if ind.link.address is not None and addr.key[0] == "M" else None
+        else:
+            ingress = ra.ingress or self.id
+            trace = list(ra.trace or ()) + [self.id]
+            to_override = ra.to_override
+        phase = addr.phase if addr.key[0] == "M" and addr.phase else None
+        if phase is not None and to_override is None:
+            to_override = addr.name
+        return set_router_annotations(msg, to_override=to_override, phase=phase, ingress=ingress, trace=trace)
+
+    def _valid_for_origin(self, addr: Address, remote: list, origin: str) -> list:
+        """Keep a next-hop link only if this router is on the origin's shortest path to some router
+        behind it with a destination (no duplicate copies through two paths)."""
+        keep = []
+        next_hops = self.next_hops
+        valid = self.valid_origins
+        for ol in remote:
+            conn = ol.conn
+            for rid in addr.rnodes:
+                if next_hops.get(rid) is conn and origin in valid.get(rid, ()):
+                    keep.append(ol)
+                    break
+        return keep
+
+    def _pick_balanced_mesh(self, addr: Address, rlinks: list, remote: list):
+        """Least (undelivered + unsettled), a remote link's weighted by the cost to its neighbour."""
+        best = None
+        best_value = None
+        costs = self.costs
+        candidates = list(rlinks) + remote
+        n = len(candidates)
+        start = addr.rr % n
+        addr.rr += 1
+        for i in range(n):
+            ol = candidates[(start + i) % n]
+            value = len(ol.undelivered) + len(ol.unsettled)
+            if ol.inter_router:
+                value += costs.get(ol.conn.mesh.peer_id, 1)
+            if best is None or value < best_value:
+                best, best_value = ol, value
+        return best
+
+    def _to_handler(self, ind: InDelivery, addr: Address, handler) -> None:
+        addr.deliveries_ingress += 1
+        msg = ind.msg
+        if ind.ra is not None:
+            try:
+                msg = strip_router_annotations(msg)
+            except CodecError:
+                pass
+        ind.msg = None
+        try:
+            handler(msg)
+        except Exception:  # a management bug must not take the router down
+            log.exception("router-internal endpoint %s failed", addr.name)
+        self._settle_upstream(ind, ACCEPTED)
+        self._left_buffer(ind)
+
+    # -- MeshListener (called by the routing engine) ------------------------------------------------
+    def routes_changed(self, next_hops: dict, costs: dict, valid_origins: dict, radius: int) -> None:
+        self.next_hops = dict(next_hops)
+        self.costs = dict(costs)
+        self.valid_origins = {k: set(v) for k, v in valid_origins.items()}
+        self.radius = radius
+        # Topological addresses of the other routers: _topo/0/<id>/... goes to its next hop.
+        for rid in next_hops:
+            addr = self._bind_address("R" + rid, rid, CLOSEST)
+            addr.rnodes[rid] = True
+        for key in [k for k in self.addresses if k[0] == "R" and k[1:] not in next_hops]:
+            addr = self.addresses[key]
+            addr.rnodes.clear()
+            self._recompute_remote(addr)
+        for addr in list(self.addresses.values()):
+            if addr.rnodes:
+                self._recompute_remote(addr)
+        log.info("routes: %s", {r: c.mesh.peer_id for r, c in self.next_hops.items() if c.mesh})
+
+    def router_lost(self, router_id: str) -> None:
+        for addr in list(self.addresses.values()):
+            if addr.rnodes.pop(router_id, None) is not None:
+                self._recompute_remote(addr)
+
+    def remote_address_added(self, router_id: str, key: str, hint: int) -> None:
+        addr = self.addresses.get(key)
+        if addr is None:
+            addr = self._remote_address(key, hint)
+            if addr is None:
+                return
+        addr.rnodes[router_id] = True
+        self._recompute_remote(addr)
+
+    def remote_address_removed(self, router_id: str, key: str) -> None:
+        addr = self.addresses.get(key)
+        if addr is not None and addr.rnodes.pop(router_id, None) is not None:
+            self._recompute_remote(addr)
+
+    def _remote_address(self, key: str, hint: int) -> Address | None:
+        if key[0] != "M" or len(key) < 3 or not key[1].isdigit():
+            return None  # link-route keys are not routed as message addresses here
+        phase = int(key[1])
+        name = key[2:]
+        sem = self.address_config.semantics(name)
+        if sem.pattern is None and hint in HINT_DISTRIBUTION:
+            distribution = HINT_DISTRIBUTION[hint]
+        else:
+            distribution = sem.distribution
+        return self._bind_address(key, name, distribution, phase, sem.pattern)
+
+    def _recompute_remote(self, addr: Address) -> None:
+        had = addr.has_destination
+        best: dict = {}
+        costs = self.costs
+        for rid in addr.rnodes:
+            conn = self.next_hops.get(rid)
+            if conn is None or conn.mesh is None or conn.mesh.data_out is None:
+                continue
+            ol = conn.mesh.data_out
+            cost = costs.get(rid, 1)
+            if ol not in best or cost < best[ol]:
+                best[ol] = cost
+        addr.remote = sorted(best, key=lambda ol: (best[ol], ol.conn.mesh.peer_id))
+        if not had and addr.has_destination:
+            self.destination_appeared(addr)
+        elif addr.unused and self.addresses.get(addr.key) is addr:
+            del self.addresses[addr.key]
+
+    # -- local destinations the engine advertises ---------------------------------------------------
+    def local_destination_added(self, addr: Address) -> None:
+        if self.mesh is not None and addr.key[0] in MOBILE_KEY_CLASSES:
+            self.mesh.add_local_address(addr.key, DISTRIBUTION_HINT.get(addr.distribution, 3))
+            self.mesh_flush()
+
+    def local_destination_removed(self, addr: Address) -> None:
+        if self.mesh is not None and addr.key[0] in MOBILE_KEY_CLASSES:
+            self.mesh.remove_local_address(addr.key)
+            self.mesh_flush()
+
+    def mesh_nodes(self) -> list:
+        """The routing engine's node table (management ``router.node``); empty unless interior."""
+        return self.mesh.nodes() if self.mesh is not None else []
