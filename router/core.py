@@ -233,6 +233,8 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
             self.inter_router.connection_opened(engine.app)
             return
         self.auto_links.connection_opened(engine.app)
+        if self.mesh is not None and self.link_router:
+            self.link_router.refresh_advertised()
 
     # -- links the router attaches itself (auto-links) --------------------------------------------
     def register_auto_link(self, rc: RouterConnection, link, auto_link) -> RouterLink:
@@ -351,6 +353,8 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
         self.auto_links.connection_closed(rc)
         if self.link_router.links:
             self.link_router.connection_closed(rc)
+        if self.mesh is not None and self.link_router:
+            self.link_router.refresh_advertised()
         log.info("connection %d from %s closed%s", engine.id, engine.remote_host,
                  f" ({engine.error})" if engine.error else "")
 

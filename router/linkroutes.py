@@ -41,6 +41,18 @@ class LinkRoute:
     add_prefix: str | None
     del_prefix: str | None
     next_index: int = 0  # round robin over matching containers (linkBalanced)
+    is_pattern: bool = False
+
+    @property
+    def key(self) -> str:
+        """The hash key other routers learn through MAU (reference §1.1): C/D prefix, E/F pattern."""
+        if self.is_pattern:
+            return ("E" if self.direction == "in" else "F") + self.pattern
+        return ("C" if self.direction == "in" else "D") + self.pattern
+
+    def transit(self) -> "LinkRoute":
+        """The same route without prefix rewriting: used toward the next router, which rewrites."""
+        return LinkRoute(self.name, self.pattern, self.direction, None, None, None, None, is_pattern=self.is_pattern)
 
     def external(self, address: str) -> str:
         """The address as the container knows it (delExternalPrefix, then addExternalPrefix)."""
@@ -88,12 +100,15 @@ class LinkRouter:
                 name=e.get("name") or f"linkRoute/{i}", pattern=pattern or e.get("prefix"),
                 direction=e["direction"], connection=e.get("connection"), container_id=e.get("containerId"),
                 add_prefix=e.get("addExternalPrefix"), del_prefix=e.get("delExternalPrefix"),
+                is_pattern=pattern is not None,
             )
             if pattern is not None:
                 self.tables[route.direction].add(pattern, route)
             else:
                 self.tables[route.direction].add_prefix(e["prefix"], route)
         self.links: dict = {}  # link pointer -> RoutedLink (both sides of every pair)
+        self.remote: dict[str, set] = {}  # route key -> ids of routers with a container for it
+        self.advertised: set[str] = set()  # route keys this router has a container for
 
     def __bool__(self) -> bool:
         return bool(len(self.tables["in"]) or len(self.tables["out"]))
@@ -109,8 +124,11 @@ class LinkRouter:
             return False
         container = self._container_for(route)
         if container is None:
-            engine.refuse_link(link, NO_ROUTE, f"no route to the container for {address}")
-            return True
+            container = self._next_hop_for(route)
+            if container is None:
+                engine.refuse_link(link, NO_ROUTE, f"no route to the container for {address}")
+                return True
+            route = route.transit()  # the router next to the container applies the prefixes
         session = container.engine.connection.session()
         session.open()
         out = session.receiver(lo.name) if lo.is_sender else session.sender(lo.name)
@@ -138,6 +156,52 @@ class LinkRouter:
         rc = candidates[route.next_index % len(candidates)]
         route.next_index += 1
         return rc
+
+    def _next_hop_for(self, route: LinkRoute):
+        """A neighbour connection toward another router that has a container for the route."""
+        routers = self.remote.get(route.key)
+        if not routers:
+            return None
+        next_hops = self.router.next_hops
+        for rid in sorted(routers, key=lambda r: (self.router.costs.get(r, 1), r)):
+            rc = next_hops.get(rid)
+            if rc is not None:
+                return rc
+        return None
+
+    # -- mesh-wide link routes (reference §4.4 item 6) -------------------------------------------------
+    def _routes(self) -> list[LinkRoute]:
+        return [route for table in self.tables.values() for _, route in table.items()]
+
+    def refresh_advertised(self) -> None:
+        """Advertise (or withdraw) each route's key as its local container connections come and go."""
+        if self.router.mesh is None:
+            return
+        have = {route.key for route in self._routes() if self._has_container(route)}
+        for key in have - self.advertised:
+            self.router.advertise_key(key, True)
+        for key in self.advertised - have:
+            self.router.advertise_key(key, False)
+        self.advertised = have
+
+    def _has_container(self, route: LinkRoute) -> bool:
+        return any((route.connection is not None and rc.name == route.connection)
+                   or (route.container_id is not None and rc.engine.remote_container == route.container_id)
+                   for rc in self.router.connections if rc.mesh is None)
+
+    def remote_added(self, router_id: str, key: str) -> None:
+        self.remote.setdefault(key, set()).add(router_id)
+
+    def remote_removed(self, router_id: str, key: str) -> None:
+        routers = self.remote.get(key)
+        if routers is not None:
+            routers.discard(router_id)
+            if not routers:
+                del self.remote[key]
+
+    def router_lost(self, router_id: str) -> None:
+        for key in list(self.remote):
+            self.remote_removed(router_id, key)
 
     def link_opened(self, link) -> bool:
         """The container answered our attach: open the client's link with the container's termini."""

@@ -40,6 +40,7 @@ DISTRIBUTION_HINT = {MULTICAST: 1, CLOSEST: 2, BALANCED: 3}
 
 # Only these key classes are exchanged in MAU (reference §4.4 item 6).
 MOBILE_KEY_CLASSES = ("M", "C", "D", "E", "F", "H")
+LINK_ROUTE_KEY_CLASSES = ("C", "D", "E", "F")
 
 _EMPTY_RA = RouterAnnotations()
 
@@ -258,11 +259,15 @@ class MeshForwarding:
         log.info("routes: %s", {r: c.mesh.peer_id for r, c in self.next_hops.items() if c.mesh})
 
     def router_lost(self, router_id: str) -> None:
+        self.link_router.router_lost(router_id)
         for addr in list(self.addresses.values()):
             if addr.rnodes.pop(router_id, None) is not None:
                 self._recompute_remote(addr)
 
     def remote_address_added(self, router_id: str, key: str, hint: int) -> None:
+        if key[0] in LINK_ROUTE_KEY_CLASSES:
+            self.link_router.remote_added(router_id, key)
+            return
         addr = self.addresses.get(key)
         if addr is None:
             addr = self._remote_address(key, hint)
@@ -272,6 +277,9 @@ class MeshForwarding:
         self._recompute_remote(addr)
 
     def remote_address_removed(self, router_id: str, key: str) -> None:
+        if key[0] in LINK_ROUTE_KEY_CLASSES:
+            self.link_router.remote_removed(router_id, key)
+            return
         addr = self.addresses.get(key)
         if addr is not None and addr.rnodes.pop(router_id, None) is not None:
             self._recompute_remote(addr)
@@ -316,6 +324,16 @@ class MeshForwarding:
         if self.mesh is not None and addr.key[0] in MOBILE_KEY_CLASSES:
             self.mesh.remove_local_address(addr.key)
             self.mesh_flush()
+
+    def advertise_key(self, key: str, present: bool) -> None:
+        """A non-address key (a link route with a local container) to advertise or withdraw."""
+        if self.mesh is None:
+            return
+        if present:
+            self.mesh.add_local_address(key, 0)
+        else:
+            self.mesh.remove_local_address(key)
+        self.mesh_flush()
 
     def mesh_nodes(self) -> list:
         """The routing engine's node table (management ``router.node``); empty unless interior."""

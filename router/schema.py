@@ -228,7 +228,7 @@ def _name(doc: str = "Unique name of this entity; generated when absent.") -> At
     return Attr("name", "string", doc=doc)
 
 
-def _secs(name: str, default: int, legacy: str, doc: str, status: str = PENDING) -> Attr:
+def _secs(name: str, default: int, legacy: str, doc: str, status: str = ACTIVE) -> Attr:
     return Attr(name, "integer", default, min=1, legacy=(legacy,), status=status, doc=doc)
 
 
@@ -276,7 +276,7 @@ def _connection_attrs(kind: str) -> list[Attr]:
         Attr("role", "enum", "normal", enum=CONNECTION_ROLES,
              doc="normal: clients; inter-router: another interior router; route-container: "
                  "a broker or other container for link routes and auto-links; edge: edge uplink."),
-        Attr("cost", "integer", 1, min=1, status=PENDING, doc="inter-router role only: cost of this connection."),
+        Attr("cost", "integer", 1, min=1, doc="inter-router role only: cost of this connection."),
         Attr("sslProfile", "string", status=PENDING, doc="Name of an sslProfile section."),
         Attr("saslMechanisms", "string", doc="Space separated SASL mechanisms."),
         Attr("maxFrameSize", "integer", 16384, min=512, max=2**32 - 1,

@@ -63,10 +63,12 @@ class MeshHarness:
         del self.routers[rid]
         self.pump()
 
-    def client(self, rid: str, **peer_kw) -> Peer:
+    def client(self, rid: str, peer: Peer | None = None, **settings_kw) -> Peer:
+        """A client (a new Peer by default) on router rid; settings_kw go to the router's engine
+        (e.g. ``name="broker"``, ``role="route-container"``)."""
         r = self.routers[rid]
-        engine = r.new_engine(r.connection_settings(), server=True)
-        peer = Peer(**peer_kw)
+        engine = r.new_engine(r.connection_settings(**settings_kw), server=True)
+        peer = peer or Peer()
         pipe = Pipe(peer, engine)
         pipe.client_of = rid
         peer.router_engine = engine

@@ -248,3 +248,48 @@ def test_no_route_is_released():
     d = prod.send(snd, Message(address="nowhere", body=1))
     h.pump()
     assert d.remote_state == RELEASED
+
+
+def test_link_route_to_a_container_on_another_router():
+    from proton import Endpoint
+
+    from tests.unit.test_autolinks import AutoLinkEntity as Entity
+    from tests.unit.test_linkroutes import broker_answers
+
+    routes = [Entity(direction="in", prefix="test", connection="broker"),
+              Entity(direction="out", prefix="test", connection="broker")]
+    h = MeshHarness("A", "B", "C", link_route_entities=routes)
+    h.link("A", "B")
+    h.link("B", "C")
+    broker = h.client("C", name="broker", role="route-container")
+    h.settle_topology(8)
+    client = h.client("A")
+    snd = client.sender("test.q1", name="far-sender")
+    h.pump()
+    [b_rcv] = broker_answers(broker)
+    assert b_rcv.name == "far-sender" and b_rcv.remote_target.address == "test.q1"
+    h.pump()
+    assert snd.state & Endpoint.REMOTE_ACTIVE
+    b_rcv.flow(2)
+    h.pump()
+    assert snd.credit == 2
+    d = client.send(snd, body="routed", tag=b"t1")
+    h.pump()
+    [got] = broker.received(b_rcv)
+    assert got.body == "routed" and got.delivery.tag == "t1"
+    settle(got, ACCEPTED)
+    h.pump()
+    assert d.remote_state == ACCEPTED and d.settled
+
+
+def test_link_route_without_a_container_anywhere_is_refused():
+    from tests.unit.test_autolinks import AutoLinkEntity as Entity
+
+    routes = [Entity(direction="in", prefix="test", connection="broker")]
+    h = MeshHarness("A", "B", link_route_entities=routes)
+    h.link("A", "B")
+    h.settle_topology()
+    client = h.client("A")
+    snd = client.sender("test.q1")
+    h.pump()
+    assert snd.remote_condition is not None and snd.remote_condition.name == "qd:no-route-to-dest"
