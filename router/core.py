@@ -17,6 +17,7 @@ from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnect
 from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
 from router.autolinks import AutoLinkManager
 from router.linkroutes import LinkRouter
+from router.edge import UPLINK_ROLE, EdgeUplink
 from router.forwarder import Forwarder
 from router.interrouter import OPEN_ANNOTATIONS_VERSION, OPEN_COST_PROPERTY, InterRouterLinks
 from router.links import RouterConnection, RouterLink
@@ -87,6 +88,8 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
 
             timers = dict(MESH_TIMER_DEFAULTS, **(mesh_timers or {}))
             self.mesh = RoutingEngine(router_id, self, instance=int(time.time()), **timers)
+        elif self.mode == "edge":
+            self.edge = EdgeUplink(self)
         self.auto_links = AutoLinkManager(self, auto_link_entities)
         self.link_router = LinkRouter(self, link_route_entities)
 
@@ -214,6 +217,8 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
             return
         if rl.incoming:
             return
+        if self.edge is not None and link in self.edge.waiting and raw.link_credit(link) > 0:
+            self.edge.credit_arrived(rl)
         if rl.undelivered:
             self.pump(rl)
         if raw.link_get_drain(link) and not rl.undelivered:
@@ -231,6 +236,9 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
                 engine.close("amqp:not-allowed", f"router {self.id} is not an interior router")
                 return
             self.inter_router.connection_opened(engine.app)
+            return
+        if self.edge is not None and engine.settings.role == UPLINK_ROLE and not engine.server:
+            self.edge.connection_opened(engine.app)
             return
         self.auto_links.connection_opened(engine.app)
         if self.mesh is not None and self.link_router:
@@ -323,6 +331,8 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
             rc.links[link] = rl
             if addr is not None:
                 addr.inlinks.add(rl)
+                if self.edge is not None:
+                    self.edge.producer_added(addr)
             self.grant_initial_credit(rl)
             log.debug("incoming link %s attached to %s", lo.name, addr.key if addr else "(anonymous)")
         engine.wake()
@@ -338,6 +348,8 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
         rl = rc.links.pop(link, None)
         if rl is not None:
             self._unbind(rl)
+            if self.edge is not None and rc is self.edge.uplink:
+                self.edge.link_lost(rl)
             if rl.auto_link is not None:
                 cond = raw.link_object(link).remote_condition
                 self.auto_links.link_closed(rl, f"{cond.name}: {cond.description}" if cond else None)
@@ -349,6 +361,8 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
             self._unbind(rl)
         rc.links.clear()
         self.inter_router.connection_closed(rc)
+        if self.edge is not None:
+            self.edge.connection_closed(rc)
         self.connections.discard(rc)
         self.auto_links.connection_closed(rc)
         if self.link_router.links:
@@ -394,6 +408,8 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
         if rl.incoming:
             if addr is not None:
                 addr.inlinks.discard(rl)
+                if self.edge is not None:
+                    self.edge.producer_removed(addr)
             if self._partial:
                 for d in [d for d in self._partial if raw.delivery_link(d) == rl.ptr]:
                     del self._partial[d]

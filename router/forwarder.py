@@ -90,7 +90,8 @@ class Forwarder:
                 return
             addr = self.addresses.get(self.parser.key_for_to(to)) if to else None
             if addr is None:
-                self._no_route(ind, to)
+                if self.edge is None or not self.edge.fallback(ind):
+                    self._no_route(ind, to)
                 return
         self.forward(ind, addr)
 

@@ -64,6 +64,7 @@ class MeshForwarding:
 
     def _init_mesh(self) -> None:
         self.mesh = None  # router.mesh.engine.RoutingEngine in interior mode
+        self.edge = None  # router.edge.EdgeUplink in edge mode
         self.next_hops: dict = {}  # router id -> RouterConnection of the neighbour to send through
         self.costs: dict = {}
         self.valid_origins: dict = {}
@@ -132,7 +133,10 @@ class MeshForwarding:
                 return
             came_from = ind.link.conn
             if remote:
+                remote = [ol for ol in remote if ol.inter_router]
                 remote = [ol for ol in remote if ol.conn is not came_from and ol.conn.mesh.peer_id not in trace]
+        elif self.edge is not None and remote and ind.link.conn is self.edge.uplink:
+            remote = []  # never echo what came down the uplink
         if not rlinks and not remote:
             self._no_route(ind, addr.name)
             return
@@ -316,11 +320,15 @@ class MeshForwarding:
 
     # -- local destinations the engine advertises ---------------------------------------------------
     def local_destination_added(self, addr: Address) -> None:
+        if self.edge is not None:
+            self.edge.consumer_added(addr)
         if self.mesh is not None and addr.key[0] in MOBILE_KEY_CLASSES:
             self.mesh.add_local_address(addr.key, DISTRIBUTION_HINT.get(addr.distribution, 3))
             self.mesh_flush()
 
     def local_destination_removed(self, addr: Address) -> None:
+        if self.edge is not None:
+            self.edge.consumer_removed(addr)
         if self.mesh is not None and addr.key[0] in MOBILE_KEY_CLASSES:
             self.mesh.remove_local_address(addr.key)
             self.mesh_flush()

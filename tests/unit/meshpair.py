@@ -40,6 +40,21 @@ class MeshHarness:
         self.pump()
         return pipe
 
+    def add_edge(self, eid: str, interior: str, **router_kw) -> Pipe:
+        """An edge router eid with its uplink (role edge) to an interior router."""
+        from router.core import Router
+
+        e = self.routers[eid] = Router(eid, mode="edge", clock=lambda: self.now, **router_kw)
+        ri = self.routers[interior]
+        ee = e.new_engine(e.connection_settings(role="edge", name="uplink"), server=False)
+        ei = ri.new_engine(ri.connection_settings(role="edge", name=f"edge-{eid}"), server=True)
+        pipe = Pipe(ee, ei)
+        pipe.engines = (ee, ei)
+        self.pipes.append(pipe)
+        self.links[(eid, interior)] = pipe
+        self.pump()
+        return pipe
+
     def cut(self, a: str, b: str) -> None:
         """The network between a and b fails: both engines see the connection drop."""
         pipe = self.links.pop((a, b))

@@ -293,3 +293,46 @@ def test_link_route_without_a_container_anywhere_is_refused():
     snd = client.sender("test.q1")
     h.pump()
     assert snd.remote_condition is not None and snd.remote_condition.name == "qd:no-route-to-dest"
+
+
+def test_edge_to_edge_through_two_interiors_with_end_to_end_credit():
+    h = MeshHarness("A", "B")
+    h.link("A", "B")
+    h.add_edge("EA", "A")
+    h.add_edge("EB", "B")
+    h.settle_topology()
+    prod = h.client("EA")
+    snd = prod.sender("edgy")
+    h.advance(2)
+    assert snd.credit == 0, "no consumer anywhere yet"
+    cons = h.client("EB")
+    rcv = cons.receiver("edgy", credit=20)
+    h.advance(3)
+    assert snd.credit > 0
+    ds = _send(h, prod, snd, 3)
+    got = cons.received(rcv)
+    assert [g.body for g in got] == ["m0", "m1", "m2"]
+    for g in got:
+        settle(g, ACCEPTED)
+    h.pump()
+    assert all(d.remote_state == ACCEPTED and d.settled for d in ds)
+
+
+def test_edge_anonymous_producer_reaches_an_interior_consumer_and_no_echo():
+    h = MeshHarness("A")
+    h.add_edge("E", "A")
+    cons = h.client("A")
+    rcv = cons.receiver("up", credit=10)
+    edge_cons = h.client("E")
+    erc = edge_cons.receiver("up", credit=10)
+    h.advance(2)
+    prod = h.client("E")
+    snd = prod.sender(None)
+    h.pump()
+    prod.send(snd, Message(address="up", body="one"))
+    prod.send(snd, Message(address="nowhere-at-all", body="two"))
+    h.pump()
+    # 'up' has a local consumer on the edge (closest by default is balanced: either is fine), but each
+    # message is delivered once in total and never bounces back up and down.
+    total = len(cons.received(rcv)) + len(edge_cons.received(erc))
+    assert total == 1

@@ -1,0 +1,172 @@
+"""Edge mode: a router with one uplink (role ``edge``) to an interior router and no routing protocol.
+
+Reference §4.5, simplified to what links can express (no address-tracking link yet):
+
+* For every mobile address with a **local consumer** the edge keeps an incoming link from the interior
+  (a receiver on the uplink with that source address), so the interior — and through it the mesh —
+  sees a destination. Messages arriving on it go to the local consumers only.
+* For every address with a **local producer** the edge keeps an outgoing link to the interior (a sender
+  with that target address). The interior grants it credit only while the address has a destination
+  somewhere in the mesh; the first credit makes the uplink a destination here, which in turn gives the
+  local producer credit. Credit therefore still flows end to end.
+* Anonymous producers' messages for addresses without a local entry go up an anonymous sender.
+* Nothing that came down the uplink is sent back up (edge-echo prevention, DISPATCH-1156), and edges
+  neither add nor read ``x-opt-qd.trace``/``ingress`` (the uplink is a plain link to the interior).
+
+The interior treats an ``edge`` connection like a client connection; that is all it needs for this.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from wire import raw
+from router.addresses import Address
+from router.links import RouterConnection, RouterLink
+
+log = logging.getLogger("router.edge")
+
+UPLINK_ROLE = "edge"
+
+
+class EdgeUplink:
+    """The uplink's links for one edge router."""
+
+    def __init__(self, router):
+        self.router = router
+        self.uplink: RouterConnection | None = None
+        self.session = None
+        self.anonymous: RouterLink | None = None
+        self.receivers: dict[str, RouterLink] = {}  # address key -> incoming link from the interior
+        self.senders: dict[str, RouterLink] = {}  # address key -> outgoing link to the interior
+        self.waiting: set = set()  # sender link pointers that have not seen credit yet
+
+    # -- the uplink connection -------------------------------------------------------------------
+    def connection_opened(self, rc: RouterConnection) -> None:
+        if self.uplink is not None:
+            log.warning("edge router: a second uplink (connection %d) is not used", rc.engine.id)
+            return
+        self.uplink = rc
+        self.session = rc.engine.connection.session()
+        self.session.open()
+        lo = self.session.sender(f"{self.router.id}.edge.anonymous")
+        lo.open()
+        # Egress on the anonymous link is counted on an address record of its own (not in the table).
+        self.anonymous = self._track(lo, Address("-edge-uplink", "(uplink)", 0, "closest"), incoming=False)
+        self.waiting.discard(lo._impl)  # anonymous: usable whenever it has credit
+        for addr in list(self.router.addresses.values()):
+            if addr.key[0] != "M":
+                continue
+            if addr.rlinks:
+                self.consumer_added(addr)
+            if any(il.conn is not rc for il in addr.inlinks):
+                self.producer_added(addr)
+        log.info("edge router: uplink connection %d to %s up", rc.engine.id, rc.engine.remote_container)
+
+    def connection_closed(self, rc: RouterConnection) -> None:
+        if rc is not self.uplink:
+            return
+        self.uplink = None
+        self.session = None
+        self.anonymous = None
+        for rl in list(self.senders.values()):
+            self._drop_remote(rl)
+        self.receivers.clear()
+        self.senders.clear()
+        self.waiting.clear()
+        log.info("edge router: uplink lost")
+
+    def _track(self, lo, addr, *, incoming: bool) -> RouterLink:
+        rc = self.uplink
+        rl = RouterLink(lo._impl, rc, incoming, addr, rc.engine.settings.link_capacity, lo.name)
+        rc.links[lo._impl] = rl
+        if incoming:
+            if addr is not None:
+                addr.inlinks.add(rl)
+            self.router.grant_initial_credit(rl)
+        else:
+            self.waiting.add(lo._impl)
+        rc.engine.wake()
+        return rl
+
+    # -- local consumers and producers --------------------------------------------------------------
+    def consumer_added(self, addr) -> None:
+        if self.uplink is None or addr.key in self.receivers or addr.key[0] != "M":
+            return
+        lo = self.session.receiver(f"{self.router.id}.edge.in.{addr.key}")
+        lo.source.address = addr.name
+        lo.target.address = addr.name
+        lo.open()
+        self.receivers[addr.key] = self._track(lo, addr, incoming=True)
+
+    def consumer_removed(self, addr) -> None:
+        rl = self.receivers.pop(addr.key, None)
+        if rl is not None:
+            self._close(rl)
+
+    def producer_added(self, addr) -> None:
+        if self.uplink is None or addr.key in self.senders or addr.key[0] != "M":
+            return
+        lo = self.session.sender(f"{self.router.id}.edge.out.{addr.key}")
+        lo.target.address = addr.name
+        lo.source.address = addr.name
+        lo.open()
+        self.senders[addr.key] = self._track(lo, addr, incoming=False)
+
+    def producer_removed(self, addr) -> None:
+        if any(il.conn is not self.uplink for il in addr.inlinks):
+            return
+        rl = self.senders.pop(addr.key, None)
+        if rl is not None:
+            self._drop_remote(rl)
+            self._close(rl)
+
+    def _close(self, rl: RouterLink) -> None:
+        rc = rl.conn
+        rc.links.pop(rl.ptr, None)
+        self.waiting.discard(rl.ptr)
+        self.router._unbind(rl)
+        raw.link_object(rl.ptr).close()
+        rc.engine.wake()
+
+    def _drop_remote(self, rl: RouterLink) -> None:
+        addr = rl.address
+        if addr is not None and rl in addr.remote:
+            addr.remote = [ol for ol in addr.remote if ol is not rl]
+
+    # -- events ------------------------------------------------------------------------------------
+    def credit_arrived(self, rl: RouterLink) -> None:
+        """The interior granted credit on an uplink sender: the mesh has a destination for it."""
+        self.waiting.discard(rl.ptr)
+        addr = rl.address
+        if addr is None or rl in addr.remote:
+            return
+        had = addr.has_destination
+        addr.remote = addr.remote + [rl]
+        if not had:
+            self.router.destination_appeared(addr)
+
+    def link_lost(self, rl: RouterLink) -> None:
+        """An uplink link was detached (by the interior or the connection)."""
+        for table in (self.receivers, self.senders):
+            for key, other in list(table.items()):
+                if other is rl:
+                    del table[key]
+        self._drop_remote(rl)
+        self.waiting.discard(rl.ptr)
+        if rl is self.anonymous:
+            self.anonymous = None
+
+    def fallback(self, ind) -> bool:
+        """A message with no local address: send it up the anonymous link. False when there is none
+        (or it came down the uplink: never echo it back)."""
+        up = self.anonymous
+        if up is None or ind.link.conn is self.uplink or up.closed:
+            return False
+        ind.copies += 1
+        ind.buffered += 1
+        up.undelivered.append(ind)
+        if not up.dirty:
+            up.dirty = True
+            self.router._dirty.append(up)
+        return True
