@@ -67,12 +67,13 @@ class RouterConfig:
     auto_links: list[Entity] = field(default_factory=list)
     logs: list[Entity] = field(default_factory=list)
     ssl_profiles: list[Entity] = field(default_factory=list)
+    flow_records: list[Entity] = field(default_factory=list)
 
     def entities(self) -> Iterator[Entity]:
         """Every entity, router first, then in the order of the lists above."""
         yield self.router
         for group in (self.listeners, self.connectors, self.addresses, self.link_routes,
-                      self.auto_links, self.logs, self.ssl_profiles):
+                      self.auto_links, self.logs, self.ssl_profiles, self.flow_records):
             yield from group
 
 
@@ -80,7 +81,7 @@ class RouterConfig:
 _LISTS = {
     "listener": "listeners", "connector": "connectors", "address": "addresses",
     "linkRoute": "link_routes", "autoLink": "auto_links", "log": "logs",
-    "sslProfile": "ssl_profiles",
+    "sslProfile": "ssl_profiles", "flowRecords": "flow_records",
 }
 
 # ---------------------------------------------------------------------------

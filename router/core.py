@@ -18,6 +18,7 @@ from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, 
 from router.autolinks import AutoLinkManager
 from router.linkroutes import LinkRouter
 from router.edge import UPLINK_ROLE, EdgeUplink
+from router.flowhooks import FlowHooks
 from router.forwarder import Forwarder
 from router.interrouter import OPEN_ANNOTATIONS_VERSION, OPEN_COST_PROPERTY, InterRouterLinks
 from router.links import RouterConnection, RouterLink
@@ -64,12 +65,12 @@ MESH_TIMER_DEFAULTS = {
 }
 
 
-class Router(MeshForwarding, Forwarder, ConnectionHandler):
+class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
     """One router's routing state and its AMQP endpoint logic."""
 
     def __init__(self, router_id: str, *, default_distribution: str = "balanced", address_entities=(),
                  auto_link_entities=(), link_route_entities=(), clock=None, mode: str = "standalone",
-                 mesh_timers: dict | None = None):
+                 mesh_timers: dict | None = None, flow_recorder=None):
         self.id = router_id
         self.mode = mode or "standalone"
         self.parser = AddressParser(router_id)
@@ -81,6 +82,7 @@ class Router(MeshForwarding, Forwarder, ConnectionHandler):
         self._partial: dict = {}  # incoming delivery pointer -> list of chunks received so far
         self._clock = clock or (lambda: 0.0)
         self._init_forwarder()
+        self.flow = flow_recorder
         self._init_mesh()
         self.inter_router = InterRouterLinks(self)
         if self.mode == "interior":

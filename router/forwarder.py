@@ -69,6 +69,8 @@ class Forwarder:
             ind = InDelivery(d, rl, msg)
         rl.delivery_count += 1
         rl.outstanding += 1
+        if self.flow is not None:
+            self.flow_ingress(ind, rl, msg)
         if rl.inter_router:
             self.mesh_message_in(ind, msg)
             return
@@ -191,6 +193,8 @@ class Forwarder:
                 od = _send_message(ptr, b"x%x" % seq, ind.mesh_msg if mesh else ind.msg)
             credit -= 1
             sent += 1
+            if ind.flow is not None:
+                self.flow_egress(ol, ind)
             if ind.ptr is None or presettled_out:
                 _delivery_settle(od)
                 ind.copies -= 1
@@ -252,6 +256,8 @@ class Forwarder:
                 if self._mirrored:
                     self._mirrored.pop(in_ptr, None)
                 il = ind.link
+                if ind.flow is not None:
+                    self.flow_settle(ind, ACCEPTED)
                 if not il.closed:
                     _delivery_update(in_ptr, ACCEPTED)
                     _delivery_settle(in_ptr)
@@ -339,6 +345,8 @@ class Forwarder:
         ind.ptr = None
         if ind.buffered == 0:
             ind.msg = None
+        if ind.flow is not None:
+            self.flow_settle(ind, state)
         mirrored = False
         if self._mirrored and self._mirrored.pop(in_ptr, None) is not None:
             mirrored = True  # the producer already has an outcome; only settlement is missing
@@ -360,6 +368,8 @@ class Forwarder:
         """Settle a delivery that went nowhere (no route, rejected here)."""
         in_ptr = ind.ptr
         ind.ptr = None
+        if ind.flow is not None and in_ptr is not None:
+            self.flow_settle(ind, state)
         if in_ptr is not None and not ind.link.closed:
             if state == MODIFIED:
                 raw.set_modified(in_ptr, failed=True)
@@ -384,6 +394,8 @@ class Forwarder:
 
     def _reject(self, ind: InDelivery, condition: str, description: str) -> None:
         in_ptr = ind.ptr
+        if ind.flow is not None and in_ptr is not None:
+            self.flow_settle(ind, REJECTED)
         ind.ptr = None
         ind.msg = None
         if in_ptr is not None and not ind.link.closed:

@@ -98,7 +98,7 @@ class InDelivery:
     outcome for multicast (priority rejected > accepted > modified > released).
     """
 
-    __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast", "ra", "mesh_msg")
+    __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast", "ra", "mesh_msg", "flow")
 
     def __init__(self, ptr, link: RouterLink, msg: bytes):
         self.ptr = ptr
@@ -112,3 +112,4 @@ class InDelivery:
         # the stripped form for local consumers), and the annotated form for the next router.
         self.ra = None
         self.mesh_msg = None
+        self.flow = None  # the message-id string when flow records sample this message

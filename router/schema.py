@@ -414,10 +414,17 @@ _SSL_PROFILE = _entity("sslProfile", "sslProfile", [
     Attr("uidNameMappingFile", "string", legacy=("displayNameFile",), doc="uid to display-name map."),
 ], status=PENDING, doc="TLS settings shared by listeners and connectors.")
 
+_FLOW_RECORDS = _entity("flowRecords", "flowRecords", [
+    _name("Unique name of this entity."),
+    Attr("directory", "path", required=True, extension=True, doc="Directory for the record files."),
+    Attr("sample", "float", 1.0, min=0.0, extension=True, doc="Fraction of messages recorded."),
+    Attr("rotateMB", "float", 64.0, min=0.001, extension=True, doc="File size at which a new file is begun."),
+], doc="Flow records for tdflow (tdrouterd extension).")
+
 #: canonical section name -> entity type, in the order sections are documented
 ENTITY_TYPES: dict[str, EntityType] = {
     e.name: e for e in (_ROUTER, _LISTENER, _CONNECTOR, _ADDRESS, _LINK_ROUTE, _AUTO_LINK,
-                        _LOG, _SSL_PROFILE)
+                        _LOG, _FLOW_RECORDS, _SSL_PROFILE)
 }
 
 #: other spellings of section / entity type names -> canonical name

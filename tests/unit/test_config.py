@@ -393,7 +393,7 @@ ERRORS = [
      "already set at line 2"),
     ("unknown section", "router {\n}\nlistner {\n}\n", 3,
      "unknown section 'listner' (did you mean 'listener'?); expected one of router, listener, "
-     "connector, address, linkRoute, autoLink, log, sslProfile"),
+     "connector, address, linkRoute, autoLink, log, flowRecords, sslProfile"),
     ("unsupported section", "policy {\n}\n", 1, "section 'policy' is not supported by tdrouterd"),
     ("nested section", "router {\n  id: R\n  listener {\n  }\n}\n", 3,
      "section 'listener' cannot be nested inside 'router' (missing '}' for 'router' opened at line 1?)"),
@@ -544,7 +544,8 @@ def test_every_schema_attribute_is_documented():
 
     doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     missing = []
-    for name in ("router", "listener", "connector", "address", "linkRoute", "autoLink", "log", "sslProfile"):
+    for name in ("router", "listener", "connector", "address", "linkRoute", "autoLink", "log", "flowRecords",
+                 "sslProfile"):
         for attr in schema.entity_type(name):
             if f"| `{attr.name}` |" not in doc:
                 missing.append(f"{name}.{attr.name}")
