@@ -1,0 +1,111 @@
+"""Wire constants of the Qpid Dispatch 1.x inter-router protocol (reference §1.5, §4.2-4.4).
+
+Keeping them in one module lets the data plane (link set-up, OPEN properties) and the control plane
+(:mod:`router.mesh.messages`, :mod:`router.mesh.engine`) agree on every spelling.
+"""
+
+from __future__ import annotations
+
+#: The routing protocol version this engine speaks; messages with a higher ``pv`` are ignored.
+PROTOCOL_VERSION = 1
+#: Dispatch's area is an unused placeholder, always "0".
+DEFAULT_AREA = "0"
+
+# -- control addresses (properties.to of control messages) ---------------------------------------
+HELLO_ADDRESS = "amqp:/_local/qdhello"               # one hop, to each neighbour
+ALL_ROUTERS_ADDRESS = "amqp:/_topo/0/all/qdrouter"   # flooded: RA
+ALL_ROUTERS_MA_ADDRESS = "amqp:/_topo/0/all/qdrouter.ma"  # flooded: differential MAU
+CONTROL_NODE = "qdrouter"
+CONTROL_NODE_MA = "qdrouter.ma"
+
+
+def router_address(router_id: str, area: str = DEFAULT_AREA) -> str:
+    """Unicast control address of one router (LSR, LSU)."""
+    return f"amqp:/_topo/{area}/{router_id}/{CONTROL_NODE}"
+
+
+def router_ma_address(router_id: str, area: str = DEFAULT_AREA) -> str:
+    """Unicast mobile-address control address of one router (MAR, absolute MAU)."""
+    return f"amqp:/_topo/{area}/{router_id}/{CONTROL_NODE_MA}"
+
+
+def management_address(router_id: str, area: str = DEFAULT_AREA) -> str:
+    """The router's management node as listed in ``router.node``."""
+    return f"amqp:/_topo/{area}/{router_id}/$management"
+
+
+# -- opcodes (application-properties {"opcode": ...}) ---------------------------------------------
+OPCODE_KEY = "opcode"
+HELLO = "HELLO"
+RA = "RA"
+LSR = "LSR"
+LSU = "LSU"
+MAU = "MAU"
+MAR = "MAR"
+OPCODES = (HELLO, RA, LSR, LSU, MAU, MAR)
+
+# -- link / connection capabilities and OPEN properties -------------------------------------------
+CAP_ROUTER_CONTROL = "qd.router"          # the control link pair of an inter-router connection
+CAP_ROUTER_DATA = "qd.router-data"        # the data links, one per priority
+CAP_EDGE_DOWNLINK = "qd.router-edge-downlink"
+CAP_STREAMING_LINKS = "qd.streaming-links"
+CAP_ANONYMOUS_RELAY = "ANONYMOUS-RELAY"
+OPEN_PRODUCT = "product"
+OPEN_VERSION = "version"
+OPEN_CONN_ID = "qd.conn-id"
+OPEN_COST = "qd.inter-router-cost"        # sent only when the connection's cost is > 1
+OPEN_ANNOTATIONS_VERSION = "qd.annotations-version"
+PRODUCT_NAME = "qpid-dispatch-router"     # what a 1.x peer expects to see in OPEN `product`
+ANNOTATIONS_VERSION = 1
+#: Priority data links per inter-router connection (0..9) and the priority of the control links.
+DATA_LINK_PRIORITIES = 10
+CONTROL_LINK_PRIORITY = 9
+DEFAULT_PRIORITY = 4
+
+# -- router annotations used by control-plane forwarding -----------------------------------------
+MA_INGRESS = "x-opt-qd.ingress"
+MA_TRACE = "x-opt-qd.trace"
+MA_TO = "x-opt-qd.to"
+MA_PHASE = "x-opt-qd.phase"
+
+# -- treatment hints carried in MAU `hints` (Dispatch's qd_address_treatment_t) -------------------
+HINT_MULTICAST_FLOOD = 0
+HINT_MULTICAST_ONCE = 1
+HINT_ANYCAST_CLOSEST = 2
+HINT_ANYCAST_BALANCED = 3
+HINT_LINK_BALANCED = 4
+HINT_UNAVAILABLE = 5
+DISTRIBUTION_HINTS = {
+    "multicast": HINT_MULTICAST_ONCE,
+    "closest": HINT_ANYCAST_CLOSEST,
+    "balanced": HINT_ANYCAST_BALANCED,
+    "unavailable": HINT_UNAVAILABLE,
+}
+HINT_DISTRIBUTIONS = {
+    HINT_MULTICAST_FLOOD: "multicast",
+    HINT_MULTICAST_ONCE: "multicast",
+    HINT_ANYCAST_CLOSEST: "closest",
+    HINT_ANYCAST_BALANCED: "balanced",
+    HINT_LINK_BALANCED: "balanced",
+    HINT_UNAVAILABLE: "unavailable",
+}
+
+#: Address-key classes that mobile address sync carries (reference §4.4 item 6): mobile (M), link-route
+#: prefixes (C, D), link-route patterns (E, F) and edge (H).
+SYNCED_KEY_CLASSES = frozenset("MCDEFH")
+
+# -- timer defaults (seconds; the `router` entity of qdrouterd.conf) -----------------------------
+HELLO_INTERVAL = 1.0
+HELLO_MAX_AGE = 3.0
+RA_INTERVAL = 30.0
+RA_INTERVAL_FLUX = 4.0
+REMOTE_LS_MAX_AGE = 60.0
+
+#: Dispatch's neighbour bitmask holds 128 routers (bit 0 is self); a larger mesh cannot be represented
+#: by a 1.x peer, so the engine refuses to track more nodes than this.
+MAX_ROUTERS = 128
+
+
+def is_synced_key(key: str) -> bool:
+    """True for address keys that mobile address sync propagates."""
+    return bool(key) and key[0] in SYNCED_KEY_CLASSES

@@ -1,0 +1,63 @@
+"""conf/mesh/: every topology parses, and its connectors point at inter-router / edge listeners of the
+routers they name, with unique ids and ports."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from router.config import load_config
+from router.daemon import check_config
+
+MESH = pathlib.Path(__file__).resolve().parents[2] / "conf" / "mesh"
+TOPOLOGIES = {
+    "line": ["line-A", "line-B", "line-C"],
+    "triangle": ["triangle-A", "triangle-B", "triangle-C"],
+    "hub": ["hub", "spoke-1", "spoke-2", "spoke-3"],
+    "edges": ["edges-interior-A", "edges-interior-B", "edges-edge-A", "edges-edge-B"],
+}
+EDGES = {"line": {("Line.B", "Line.A"), ("Line.C", "Line.B")},
+         "triangle": {("Tri.B", "Tri.A"), ("Tri.C", "Tri.A"), ("Tri.C", "Tri.B")},
+         "hub": {("Spoke.1", "Hub"), ("Spoke.2", "Hub"), ("Spoke.3", "Hub")},
+         "edges": {("Int.B", "Int.A"), ("Edge.A", "Int.A"), ("Edge.B", "Int.B")}}
+
+
+def test_every_file_belongs_to_a_topology_and_the_readme_names_it():
+    files = {p.stem for p in MESH.glob("*.conf")}
+    assert files == {f for names in TOPOLOGIES.values() for f in names}
+    readme = (MESH / "README.md").read_text()
+    for name in files:
+        assert f"{name}.conf" in readme
+
+
+@pytest.mark.parametrize("topology", sorted(TOPOLOGIES))
+def test_topology_is_consistent(topology):
+    cfgs = {}
+    for name in TOPOLOGIES[topology]:
+        cfg = load_config(str(MESH / f"{name}.conf"))
+        check_config(cfg)
+        cfgs[cfg.router["id"]] = cfg
+    assert len(cfgs) == len(TOPOLOGIES[topology]), "router ids must be unique"
+    ports = [int(l["port"]) for c in cfgs.values() for l in c.listeners]
+    assert len(ports) == len(set(ports)), "listener ports must not clash"
+    by_port = {int(l["port"]): (rid, l["role"]) for rid, c in cfgs.items() for l in c.listeners}
+    edges = set()
+    for rid, cfg in cfgs.items():
+        mode = cfg.router["mode"]
+        assert mode in ("interior", "edge")
+        assert any(l["role"] == "normal" for l in cfg.listeners), f"{rid}: no client listener"
+        for conn in cfg.connectors:
+            peer, role = by_port[int(conn["port"])]
+            assert role == conn["role"] == ("edge" if mode == "edge" else "inter-router")
+            assert cfgs[peer].router["mode"] == "interior"
+            edges.add((rid, peer))
+        if mode == "interior":
+            # timers are the production defaults: short ones are for tests only
+            assert cfg.router.get("helloIntervalSeconds") in (None, 1)
+            assert cfg.router.get("raIntervalSeconds") in (None, 30)
+    assert edges == EDGES[topology]
+    # the same address treatment everywhere (Dispatch requires it)
+    treatments = {rid: sorted((a.get("prefix"), a.get("distribution"), a.get("waypoint"))
+                              for a in c.addresses) for rid, c in cfgs.items()}
+    assert len({repr(t) for t in treatments.values()}) == 1
