@@ -63,6 +63,11 @@ class AddressParser:
                 if router in (self.router_id, "all"):
                     return "L", rest
                 return "R", router
+        if a.startswith("_edge/"):
+            parts = a.split("/", 2)
+            if parts[1] == self.router_id:
+                return "L", parts[2] if len(parts) == 3 else ""
+            return "H", parts[1]  # an edge router's addresses, as interiors key them
         return "M", a
 
     def key(self, address: str, phase: int = 0) -> str:

@@ -294,7 +294,9 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         if lo.is_sender:  # the peer receives: an outgoing link
             src = lo.remote_source
             if src.dynamic:
-                address = f"amqp:/_topo/0/{self.id}/temp.{secrets.token_urlsafe(9)}"
+                # An edge router's dynamic addresses are reached through its interior (key H<edge id>).
+                scope = f"_edge/{self.id}" if self.edge is not None else f"_topo/0/{self.id}"
+                address = f"amqp:/{scope}/temp.{secrets.token_urlsafe(9)}"
                 addr = self._bind_address(self.parser.key(address), address, CLOSEST)
                 engine.open_link_like_remote(link, source_address=address, dynamic_source=True)
             else:

@@ -37,6 +37,7 @@ class EdgeUplink:
         self.uplink: RouterConnection | None = None
         self.session = None
         self.anonymous: RouterLink | None = None
+        self.down: RouterLink | None = None
         self.receivers: dict[str, RouterLink] = {}  # address key -> incoming link from the interior
         self.senders: dict[str, RouterLink] = {}  # address key -> outgoing link to the interior
         self.waiting: set = set()  # sender link pointers that have not seen credit yet
@@ -54,6 +55,12 @@ class EdgeUplink:
         # Egress on the anonymous link is counted on an address record of its own (not in the table).
         self.anonymous = self._track(lo, Address("-edge-uplink", "(uplink)", 0, "closest"), incoming=False)
         self.waiting.discard(lo._impl)  # anonymous: usable whenever it has credit
+        # Everything addressed to this edge (its dynamic reply addresses) comes down one link: the
+        # interior binds _edge/<id> (key H<id>) to it and advertises it to the mesh.
+        down = self.session.receiver(f"{self.router.id}.edge.down")
+        down.source.address = f"_edge/{self.router.id}"
+        down.open()
+        self.down = self._track(down, None, incoming=True)
         for addr in list(self.router.addresses.values()):
             if addr.key[0] != "M":
                 continue

@@ -289,6 +289,8 @@ class MeshForwarding:
             self._recompute_remote(addr)
 
     def _remote_address(self, key: str, hint: int) -> Address | None:
+        if key[0] == "H":  # an edge router attached to another interior
+            return self._bind_address(key, key[1:], CLOSEST)
         if key[0] != "M" or len(key) < 3 or not key[1].isdigit():
             return None  # link-route keys are not routed as message addresses here
         phase = int(key[1])

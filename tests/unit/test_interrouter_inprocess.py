@@ -336,3 +336,32 @@ def test_edge_anonymous_producer_reaches_an_interior_consumer_and_no_echo():
     # message is delivered once in total and never bounces back up and down.
     total = len(cons.received(rcv)) + len(edge_cons.received(erc))
     assert total == 1
+
+
+def test_request_reply_from_an_edge_to_an_endpoint_on_another_interior():
+    h = MeshHarness("A", "B")
+    h.link("A", "B")
+    h.add_edge("E", "A")
+    requests = []
+    rb = h.routers["B"]
+    rb.add_local_endpoint("$echo", lambda m: (requests.append(m), rb.send_local(
+        Message(address=_decode(m).reply_to, body="pong").encode())))
+    h.settle_topology()
+    client = h.client("E")
+    rcv = client.receiver(None, credit=5, dynamic=True)
+    h.pump()
+    reply_to = rcv.remote_source.address
+    assert reply_to.startswith("amqp:/_edge/E/temp.")
+    h.advance(3)
+    snd = client.sender(None)
+    h.pump()
+    client.send(snd, Message(address="_topo/0/B/$echo", reply_to=reply_to, body="ping"))
+    h.advance(1)
+    assert len(requests) == 1
+    assert [g.body for g in client.received(rcv)] == ["pong"]
+
+
+def _decode(data):
+    m = Message()
+    m.decode(data)
+    return m
