@@ -4,6 +4,9 @@ Start-up contract (system tests and operators rely on it): one stdout line per b
 ``tdrouterd: listening on HOST:PORT (listener NAME, role ROLE)``, then
 ``tdrouterd: ready (router id ID)``. A bad configuration exits with status 2 and ``FILE:LINE: message``
 on stderr. Shutdown closes every connection with a close frame before exiting 0.
+
+Listeners and connectors run as services (router/services.py) that management can add and remove while
+the router runs; the management agent (router/management/) is the router's ``$management`` endpoint.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ import trio
 
 from router.config import ConfigError, RouterConfig, load_config
 from router.core import Router
+from router.flowhooks import recorder_from_config
 from router.logsetup import configure_logging
-from wire.driver import Backoff, run_connector, serve_listener, shut_down_on_signal
+from router.management import ManagementAgent
+from router.services import ServiceManager
+from wire.driver import shut_down_on_signal
+from wire.management import MANAGEMENT_ADDRESS
 from wire.sasl import SaslConfigError, server_mechanisms
 
 log = logging.getLogger("router.daemon")
@@ -40,6 +47,7 @@ def _settings(router: Router, entity, *, server: bool):
         authenticate_peer=bool(a.get("authenticatePeer")),
         link_capacity=int(a.get("linkCapacity") or 250),
         max_message_size=int(a.get("maxMessageSize") or 0),
+        cost=int(a.get("cost") or 1),
     )
 
 
@@ -50,6 +58,13 @@ def check_config(cfg: RouterConfig) -> None:
             server_mechanisms(entity.get("saslMechanisms"))
         except SaslConfigError as exc:
             raise ConfigError(entity.path, entity.line, f"listener: {exc}") from None
+    for entity in cfg.flow_records:
+        from wire.flowrecords import FlowRecordError
+
+        try:
+            recorder_from_config(cfg, cfg.router["id"] or "check")
+        except FlowRecordError as exc:
+            raise ConfigError(entity.path, entity.line, f"flowRecords: {exc}") from None
 
 
 # How often time-driven router work (auto-link retries) is looked at; the retries are seconds apart.
@@ -65,14 +80,19 @@ async def _ticker(router: Router) -> None:
 def warn_pending_features(cfg: RouterConfig) -> None:
     """Say at start-up which configured features this release accepts but does not act on yet, so an
     operator is not left guessing why a link route or an inter-router listener does nothing."""
-    if cfg.router.get("mode") not in (None, "standalone"):
-        log.warning("%s:%d: router mode %s runs as standalone in this release",
-                    cfg.router.path, cfg.router.line, cfg.router.get("mode"))
     for entity in (*cfg.listeners, *cfg.connectors):
         role = entity.get("role") or "normal"
-        if role != "normal":
+        if role not in ("normal", "inter-router", "route-container", "edge"):
             log.warning("%s:%d: %s role %s is accepted and treated as normal in this release",
                         entity.path, entity.line, entity.type, role)
+
+
+def mesh_timers(router_entity) -> dict:
+    """The routing protocol's timers from the router entity (seconds)."""
+    names = {"helloIntervalSeconds": "hello_interval", "helloMaxAgeSeconds": "hello_max_age",
+             "raIntervalSeconds": "ra_interval", "raIntervalFluxSeconds": "ra_interval_flux",
+             "remoteLsMaxAgeSeconds": "remote_ls_max_age"}
+    return {kw: float(router_entity.get(attr)) for attr, kw in names.items() if router_entity.get(attr) is not None}
 
 
 async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -83,46 +103,55 @@ async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED)
         auto_link_entities=cfg.auto_links,
         link_route_entities=cfg.link_routes,
         clock=trio.current_time,
+        mode=cfg.router.get("mode") or "standalone",
+        mesh_timers=mesh_timers(cfg.router),
+        flow_recorder=recorder_from_config(cfg, cfg.router["id"]),
     )
     # The signal handler is installed before anything is announced, so a SIGTERM that follows the
     # ready line always means a graceful shutdown.
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        await _serve(router, cfg, signals, task_status)
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            await _serve(router, cfg, signals, task_status)
+    finally:
+        if router.flow is not None:
+            router.flow.close()  # the last file gets its final name
+
+
+def attach_agent(router: Router, agent: ManagementAgent) -> bool:
+    """Serve ``$management`` (also ``_local/$management`` and ``_topo/0/<id>/$management``) from the
+    router's own local endpoint: requests arrive as message bytes, replies leave through the router."""
+    add = getattr(router, "add_local_endpoint", None)
+    send = getattr(router, "send_local", None)
+    if add is None or send is None:
+        log.warning("this router core has no local endpoints: $management is not served")
+        return False
+
+    def on_request(msg: bytes) -> None:
+        reply = agent.handle(msg)
+        if reply is not None:
+            send(reply)
+
+    add(MANAGEMENT_ADDRESS, on_request)
+    return True
 
 
 async def _serve(router: Router, cfg: RouterConfig, signals, task_status) -> None:
     async with trio.open_nursery() as nursery:
-        bound = []
+        services = ServiceManager(router, nursery, _settings)
         for entity in cfg.listeners:
-            settings = _settings(router, entity, server=True)
             host = entity.get("host") or ""
             port = int(entity["port"])
             try:
-                listeners = await nursery.start(
-                    serve_listener, host, port,
-                    lambda remote, s=settings: router.new_engine(s, server=True, remote_host=remote),
-                )
+                services.add("listener", entity)
             except OSError as exc:
                 raise SystemExit(f"{entity.path}:{entity.line}: listener: cannot listen on {host}:{port}: {exc}")
-            for lst in listeners:
-                h, p = lst.socket.getsockname()[:2]
-                bound.append((h, p))
-                print(f"tdrouterd: listening on {h}:{p} (listener {settings.name or '-'}, role {settings.role})",
-                      flush=True)
         for entity in cfg.connectors:
-            settings = _settings(router, entity, server=False)
-            a = entity.attrs
-            backoff = Backoff(
-                initial=float(a.get("retryDelaySeconds") or 1.0),
-                multiplier=float(a.get("retryMultiplier") or 2.0),
-                max_delay=float(a.get("retryMaxDelaySeconds") or 60.0),
-                max_attempts=int(a.get("retryMaxAttempts") or 0),
-            )
-            nursery.start_soon(
-                run_connector, entity.get("host") or "127.0.0.1", int(entity["port"]),
-                lambda remote, s=settings: router.new_engine(s, server=False, remote_host=remote), backoff,
-            )
+            services.add("connector", entity)
+        agent = ManagementAgent(router, config=cfg, services=services, clock=trio.current_time)
+        attach_agent(router, agent)
         nursery.start_soon(_ticker, router)
+        if router.flow is not None:
+            nursery.start_soon(router.flow.run)
         print(f"tdrouterd: ready (router id {router.id})", flush=True)
         task_status.started(router)
         await shut_down_on_signal(signals, router.close_all, lambda: bool(router.connections),

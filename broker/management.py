@@ -1,0 +1,213 @@
+"""The broker's management agent: the same AMQP management protocol as the router's (wire/management.py)
+for queues, addresses and broker connections.
+
+Entity types (Artemis names): ``org.apache.activemq.artemis.queue`` (QUERY, READ, CREATE, DELETE, PURGE),
+``org.apache.activemq.artemis.address`` (QUERY, READ) and ``org.apache.activemq.artemis.brokerConnection``
+(QUERY, READ, ``startBrokerConnection``, ``stopBrokerConnection``). Short names (``queue``, ``address``,
+``brokerConnection``) are accepted too.
+
+The agent only calls the broker's management facade (``mgmt_queues``, ``mgmt_addresses``,
+``mgmt_connections``, ``create_queue``, ``delete_queue``, ``purge_queue``, ``start_broker_connection``,
+``stop_broker_connection``): KeyError from it means an unknown name (404), ValueError an invalid request
+(400). Anyone who can reach the broker's ``$management`` can change it: there is no policy yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from wire import management as wm
+from wire.management import ManagementError, bad_request, not_found
+
+log = logging.getLogger("broker.management")
+
+ARTEMIS = "org.apache.activemq.artemis."
+QUEUE = ARTEMIS + "queue"
+ADDRESS = ARTEMIS + "address"
+BROKER_CONNECTION = ARTEMIS + "brokerConnection"
+
+QUEUE_ATTRIBUTES = ("name", "identity", "type", "address", "routingType", "durable", "messageCount",
+                    "consumerCount", "deliveredCount", "acknowledgedCount", "deadLetteredCount",
+                    "temporary")  # temporary: a dynamic (reply) queue that goes with its consumer
+ADDRESS_ATTRIBUTES = ("name", "identity", "type", "routingTypes", "queues")
+CONNECTION_ATTRIBUTES = ("name", "identity", "type", "uri", "status", "links", "autoStart")
+
+ATTRIBUTES = {QUEUE: QUEUE_ATTRIBUTES, ADDRESS: ADDRESS_ATTRIBUTES, BROKER_CONNECTION: CONNECTION_ATTRIBUTES}
+OPERATIONS = {
+    QUEUE: ("QUERY", "READ", "CREATE", "DELETE", "PURGE"),
+    ADDRESS: ("QUERY", "READ"),
+    BROKER_CONNECTION: ("QUERY", "READ", "startBrokerConnection", "stopBrokerConnection"),
+}
+# Management requests that are not about one entity type.
+NODE_OPERATIONS = ("QUERY", "GET-TYPES", "GET-ATTRIBUTES", "GET-OPERATIONS", "GET-MGMT-NODES")
+
+
+def _full_type(name: str | None) -> str | None:
+    if name is None:
+        return None
+    full = name if name.startswith(ARTEMIS) else ARTEMIS + name
+    return full if full in ATTRIBUTES else None
+
+
+class BrokerManagement:
+    """Answers management requests for one broker (``handle(msg) -> reply bytes | None``)."""
+
+    def __init__(self, broker):
+        self.broker = broker
+
+    def handle(self, data: bytes) -> bytes | None:
+        reply_to, correlation_id = wm.reply_target(data)
+        try:
+            req = wm.parse_request(data)
+            status, body = self.dispatch(req)
+            description = wm.STATUS_TEXT[status]
+        except ManagementError as exc:
+            status, description, body = exc.status, exc.description, {}
+        except KeyError as exc:
+            status, description, body = wm.NOT_FOUND, f"Not found: {exc.args[0] if exc.args else exc}", {}
+        except ValueError as exc:
+            status, description, body = wm.BAD_REQUEST, str(exc), {}
+        except Exception as exc:  # an agent or facade bug must not take the broker down
+            log.exception("management request failed")
+            status, description, body = wm.INTERNAL_ERROR, f"internal error: {exc}", {}
+        if status >= 400:
+            log.info("management request answered %d: %s", status, description)
+        if not reply_to:
+            return None
+        try:
+            return wm.build_response(reply_to, correlation_id, status, description, body)
+        except Exception as exc:  # a value the AMQP encoder refuses: say so rather than stay silent
+            log.exception("management response could not be encoded")
+            return wm.build_response(reply_to, correlation_id, wm.INTERNAL_ERROR,
+                                     f"internal error: response not encodable: {exc}", {})
+
+    # -- rows ------------------------------------------------------------------------------------------
+    def rows(self, type_name: str) -> list[dict]:
+        b = self.broker
+        if type_name == QUEUE:
+            source = b.mgmt_queues()
+        elif type_name == ADDRESS:
+            source = b.mgmt_addresses()
+        else:
+            source = b.mgmt_connections()
+        out = []
+        for item in source:
+            row = {a: item.get(a) for a in ATTRIBUTES[type_name]}
+            row["identity"] = item.get("name")
+            row["type"] = type_name
+            out.append(row)
+        return out
+
+    def _type(self, name: str | None, *, status: int = wm.NOT_FOUND) -> str:
+        if not name:
+            raise bad_request("missing application property 'type'")
+        full = _full_type(name)
+        if full is None:
+            raise ManagementError(status, f"No such entity type '{name}'")
+        return full
+
+    def _find(self, req: wm.Request, type_name: str) -> dict:
+        key = req.identity or req.name
+        if not key:
+            raise bad_request(f"{req.operation} needs application property 'name' or 'identity'")
+        for row in self.rows(type_name):
+            if row["name"] == key:
+                return row
+        raise not_found(f"No entity with name '{key}' of type {type_name}")
+
+    # -- operations ------------------------------------------------------------------------------------
+    def dispatch(self, req: wm.Request) -> tuple[int, Any]:
+        op = req.operation
+        if op == "QUERY":
+            return self._query(req)
+        if op == "GET-TYPES":
+            return wm.OK, {t: [] for t in ATTRIBUTES}
+        if op == "GET-ATTRIBUTES":
+            types = [self._type(req.target_type, status=wm.BAD_REQUEST)] if req.target_type else list(ATTRIBUTES)
+            return wm.OK, {t: list(ATTRIBUTES[t]) for t in types}
+        if op == "GET-OPERATIONS":
+            types = [self._type(req.target_type, status=wm.BAD_REQUEST)] if req.target_type else list(ATTRIBUTES)
+            return wm.OK, {t: list(OPERATIONS[t]) for t in types}
+        if op == "GET-MGMT-NODES":
+            return wm.OK, []
+        if op in ("STARTBROKERCONNECTION", "STOPBROKERCONNECTION"):
+            return self._broker_connection(req, start=op.startswith("START"))
+        type_name = self._type(req.type)
+        allowed = [o.upper() for o in OPERATIONS[type_name]]
+        if op not in allowed:
+            if op not in ("READ", "CREATE", "DELETE", "UPDATE", "PURGE"):
+                raise ManagementError(wm.NOT_IMPLEMENTED, f"operation '{op}' is not implemented")
+            raise bad_request(f"operation {op} is not allowed on type {type_name} "
+                              f"(allowed: {', '.join(OPERATIONS[type_name])})")
+        if op == "READ":
+            return wm.OK, self._find(req, type_name)
+        if op == "CREATE":
+            return self._create_queue(req)
+        if op == "DELETE":
+            row = self._find(req, type_name)
+            self.broker.delete_queue(row["name"])
+            log.info("management: deleted queue %s", row["name"])
+            return wm.NO_CONTENT, {}
+        row = self._find(req, type_name)  # PURGE
+        removed = self.broker.purge_queue(row["name"])
+        return wm.OK, {"name": row["name"], "messagesRemoved": removed}
+
+    def _query(self, req: wm.Request) -> tuple[int, Any]:
+        count = wm.MAX_QUERY_COUNT if req.count is None else min(req.count, wm.MAX_QUERY_COUNT)
+        if req.target_type:
+            type_name = self._type(req.target_type, status=wm.BAD_REQUEST)
+            names = req.attribute_names or list(ATTRIBUTES[type_name])
+            unknown = [n for n in names if n not in ATTRIBUTES[type_name]]
+            if unknown:
+                raise bad_request(f"Unknown attribute{'s' if len(unknown) > 1 else ''} "
+                                  f"{', '.join(repr(n) for n in unknown)} for type {type_name}")
+            rows = self.rows(type_name)
+        else:
+            names = req.attribute_names or ["name", "identity", "type"]
+            rows = [r for t in ATTRIBUTES for r in self.rows(t)]
+        page = rows[req.offset:req.offset + count]
+        return wm.OK, {"attributeNames": names, "results": [[r.get(n) for n in names] for r in page]}
+
+    def _create_queue(self, req: wm.Request) -> tuple[int, Any]:
+        body = req.body if req.body is not None else {}
+        if not isinstance(body, dict):
+            raise bad_request("CREATE body must be a map of attributes")
+        body = {str(k): v for k, v in body.items()}
+        allowed = {"name", "address", "routingType", "durable", "type", "identity"}
+        unknown = sorted(set(body) - allowed)
+        if unknown:
+            raise bad_request(f"unknown queue attribute '{unknown[0]}' (allowed: name, address, routingType, "
+                              "durable)")
+        name = req.name or body.get("name")
+        if not name or not isinstance(name, str):
+            raise bad_request("CREATE of a queue needs attribute 'name'")
+        address = body.get("address")
+        if address is not None and not isinstance(address, str):
+            raise bad_request("attribute 'address' must be a string")
+        routing = body.get("routingType", "anycast")
+        if not isinstance(routing, str):
+            raise bad_request("attribute 'routingType' must be a string (anycast or multicast)")
+        durable = body.get("durable", True)
+        if isinstance(durable, str) and durable.lower() in ("true", "false", "yes", "no"):
+            durable = durable.lower() in ("true", "yes")
+        if not isinstance(durable, bool):
+            raise bad_request("attribute 'durable' must be a boolean")
+        self.broker.create_queue(name, address=address, routing_type=routing, durable=durable)
+        log.info("management: created queue %s", name)
+        return wm.CREATED, next((r for r in self.rows(QUEUE) if r["name"] == name), {"name": name})
+
+    def _broker_connection(self, req: wm.Request, *, start: bool) -> tuple[int, Any]:
+        if req.type not in (None, wm.NODE_TYPE) and _full_type(req.type) != BROKER_CONNECTION:
+            raise bad_request(f"{req.operation} applies to type {BROKER_CONNECTION}")
+        name = req.name or req.identity
+        if name is None and isinstance(req.body, dict):
+            name = req.body.get("name")
+        if not name:
+            raise bad_request(f"{req.operation} needs 'name'")
+        if start:
+            self.broker.start_broker_connection(name)
+        else:
+            self.broker.stop_broker_connection(name)
+        row = next((r for r in self.rows(BROKER_CONNECTION) if r["name"] == name), {"name": name})
+        return wm.OK, row

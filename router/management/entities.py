@@ -1,0 +1,421 @@
+"""Operational entity types read from the live router: router, connection, router.link, router.address,
+router.node, allocator (Qpid Dispatch 1.19 attribute names; reference §5.2).
+
+Everything is read at the moment of the request from the router's own records (``Router.connections``,
+each connection's ``links``, ``Router.addresses``) and the forwarder's counters; attributes this router
+does not track (delay histograms, stuck deliveries) are 0 rather than invented. Attributes other modules
+may add later are read with ``getattr`` defaults so the agent keeps working while they evolve.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from wire import raw
+from wire.management import bad_request
+
+from router.management.base import EntityAdapter, require_str
+
+PRODUCT_VERSION_FALLBACK = "0.1.0"
+
+# Link counters a router-wide total is summed from (link attribute -> router attribute).
+LINK_TOTALS = {
+    "presettled": "presettledDeliveries",
+    "dropped_presettled": "droppedPresettledDeliveries",
+    "accepted": "acceptedDeliveries",
+    "rejected": "rejectedDeliveries",
+    "released": "releasedDeliveries",
+    "modified": "modifiedDeliveries",
+}
+
+
+def _links(router):
+    """Every message-routed link of every connection, in connection then attach order."""
+    for rc in sorted(router.connections, key=lambda c: c.engine.id):
+        for rl in sorted(rc.links.values(), key=lambda link: link.id):
+            yield rc, rl
+
+
+def _seconds(now: float, then) -> int | None:
+    return None if then is None else max(0, int(now - then))
+
+
+def vm_size() -> int | None:
+    """The process's virtual size in bytes (qdstat's VmSize). /proc is kernel memory, not disk: the
+    read does not block the event loop."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class RouterEntity(EntityAdapter):
+    short = "router"
+    description = "The router itself: identity, mode and router-wide counters."
+    attributes = (
+        "name", "identity", "type", "id", "mode", "area", "version", "addrCount", "linkCount", "nodeCount",
+        "linkRouteCount", "autoLinkCount", "connectionCount", "presettledDeliveries",
+        "droppedPresettledDeliveries", "acceptedDeliveries", "rejectedDeliveries", "releasedDeliveries",
+        "modifiedDeliveries", "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck",
+        "deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "deliveriesIngressRouteContainer",
+        "deliveriesEgressRouteContainer", "deliveriesRedirectedToFallback", "linksBlocked", "uptimeSeconds",
+        "memoryUsage", "workerThreads", "defaultDistribution",
+    )
+
+    def rows(self) -> list[dict]:
+        r = self.router
+        agent = self.agent
+        cfg = getattr(agent.config, "router", None)
+        totals = dict.fromkeys(LINK_TOTALS.values(), 0)
+        # Counters of links that already closed, when the router keeps them (router attribute names).
+        closed = getattr(r, "closed_link_totals", None) or {}
+        for k in totals:
+            totals[k] += closed.get(k, 0)
+        ingress, egress = closed.get("deliveriesIngress", 0), closed.get("deliveriesEgress", 0)
+        ingress_rc = closed.get("deliveriesIngressRouteContainer", 0)
+        egress_rc = closed.get("deliveriesEgressRouteContainer", 0)
+        links = 0
+        for rc, rl in _links(r):
+            links += 1
+            for attr, key in LINK_TOTALS.items():
+                totals[key] += getattr(rl, attr, 0)
+            if rl.incoming:
+                ingress += rl.delivery_count
+                if rc.role == "route-container":
+                    ingress_rc += rl.delivery_count
+            else:
+                egress += rl.delivery_count
+                if rc.role == "route-container":
+                    egress_rc += rl.delivery_count
+        totals["droppedPresettledDeliveries"] += getattr(r, "dropped_presettled", 0)
+        nodes = [n for n in _mesh(agent) if n.get("id") != r.id]
+        mode = (cfg.get("mode") if cfg is not None else None) or getattr(r, "mode", None) or "standalone"
+        values = {
+            "id": r.id, "mode": mode, "area": "0", "version": _version(),
+            "addrCount": len(r.addresses), "linkCount": links, "nodeCount": len(nodes),
+            "linkRouteCount": len(link_routes(r)), "autoLinkCount": len(getattr(r.auto_links, "auto_links", [])),
+            "connectionCount": len(r.connections),
+            "deliveriesDelayed1Sec": 0, "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0,
+            "deliveriesIngress": ingress, "deliveriesEgress": egress,
+            "deliveriesTransit": getattr(r, "deliveries_transit", 0),
+            "deliveriesIngressRouteContainer": ingress_rc, "deliveriesEgressRouteContainer": egress_rc,
+            "deliveriesRedirectedToFallback": 0,
+            "linksBlocked": 0, "uptimeSeconds": _seconds(agent.clock(), agent.started_at),
+            "memoryUsage": vm_size(), "workerThreads": 1,
+            "defaultDistribution": getattr(r.address_config, "default_distribution", None),
+            **totals,
+        }
+        return [self.row(r.id, "1", values)]
+
+
+def _version() -> str:
+    try:
+        from router.core import VERSION
+        return VERSION
+    except ImportError:
+        return PRODUCT_VERSION_FALLBACK
+
+
+def _mesh(agent) -> list[dict]:
+    from router.management.agent import mesh_nodes
+    return mesh_nodes(agent.router)
+
+
+def link_routes(router) -> list:
+    """(direction, pattern, LinkRoute) for every configured link route."""
+    lr = getattr(router, "link_router", None)
+    out = []
+    for direction, table in (getattr(lr, "tables", None) or {}).items():
+        for pattern, route in table.items():
+            out.append((direction, pattern, route))
+    return out
+
+
+def sasl_of(engine) -> tuple[str | None, str | None]:
+    """(mechanism, user) the peer authenticated with; (None, None) when it skipped SASL."""
+    try:
+        sasl = engine.transport.sasl()
+        mech = sasl.mech or None
+        return mech, (sasl.user or ("anonymous" if mech == "ANONYMOUS" else None))
+    except Exception:  # proton raises when there is no SASL layer
+        return None, None
+
+
+class ConnectionEntity(EntityAdapter):
+    short = "connection"
+    description = "One open AMQP connection."
+    attributes = (
+        "name", "identity", "type", "adminStatus", "operStatus", "protocol", "container", "opened", "host",
+        "dir", "role", "isAuthenticated", "isEncrypted", "enableProtocolTrace", "sasl", "user", "ssl",
+        "sslProto", "sslCipher", "sslSsf", "tenant", "uptimeSeconds", "properties", "lastDlvSeconds",
+        "active",
+    )
+    operations = ("READ", "UPDATE")
+
+    def rows(self) -> list[dict]:
+        now = self.agent.clock()
+        out = []
+        for rc in sorted(self.router.connections, key=lambda c: c.engine.id):
+            e = rc.engine
+            mech, user = sasl_of(e)
+            last = getattr(rc, "last_delivery_at", None)
+            values = {
+                "adminStatus": "enabled", "operStatus": "up", "protocol": "amqp",
+                "container": e.remote_container or "", "opened": True, "host": e.remote_host,
+                "dir": "in" if e.server else "out", "role": rc.role or "normal",
+                "isAuthenticated": mech is not None, "isEncrypted": False, "enableProtocolTrace": False,
+                "sasl": mech, "user": user or "anonymous", "ssl": False, "sslSsf": 0,
+                "uptimeSeconds": _seconds(now, rc.opened_at), "properties": _remote_properties(e),
+                "lastDlvSeconds": _seconds(now, last), "active": True,
+            }
+            out.append(self.row(f"connection/{e.remote_host}", str(e.id), values))
+        return out
+
+    def update(self, row: dict, attrs: dict) -> dict:
+        """adminStatus: deleted closes the connection (Dispatch's way to kick a client)."""
+        status = require_str(attrs, "adminStatus", ("enabled", "deleted"))
+        unknown = set(attrs) - {"adminStatus"}
+        if unknown:
+            raise bad_request(f"attribute '{sorted(unknown)[0]}' cannot be updated on a connection")
+        if status == "deleted":
+            for rc in self.router.connections:
+                if str(rc.engine.id) == row["identity"]:
+                    rc.engine.close("amqp:connection:forced", "closed by management")
+            row = dict(row, adminStatus="deleted", operStatus="down")
+        return row
+
+
+def _remote_properties(engine) -> dict:
+    try:
+        props = engine.connection.remote_properties
+    except Exception:
+        return {}
+    return {str(k): v for k, v in (props or {}).items() if isinstance(v, (str, int, float, bool))}
+
+
+def link_type(rc, rl=None) -> str:
+    role = rc.role or "normal"
+    if role == "inter-router" or getattr(rl, "inter_router", False):
+        return "inter-router"
+    if role == "edge":
+        return "edge-downlink"
+    return "endpoint"
+
+
+class LinkEntity(EntityAdapter):
+    short = "router.link"
+    description = "One link attached to the router (message-routed)."
+    attributes = (
+        "adminStatus", "operStatus", "linkName", "linkType", "linkDir", "owningAddr", "capacity", "peer",
+        "undeliveredCount", "unsettledCount", "deliveryCount", "presettledCount", "droppedPresettledCount",
+        "acceptedCount", "rejectedCount", "releasedCount", "modifiedCount", "deliveriesDelayed1Sec",
+        "deliveriesDelayed10Sec", "deliveriesStuck", "creditAvailable", "zeroCreditSeconds", "settleRate",
+        "ingressHistogram", "priority", "connectionId", "name", "identity", "type",
+    )
+    operations = ("UPDATE", "READ")
+
+    def rows(self) -> list[dict]:
+        out = []
+        for rc, rl in _links(self.router):
+            addr = rl.address
+            try:
+                credit = raw.link_credit(rl.ptr)
+            except Exception:  # a link being torn down may already be freed by the engine
+                credit = 0
+            values = {
+                "adminStatus": "enabled", "operStatus": "up", "linkName": rl.name, "linkType": link_type(rc, rl),
+                "linkDir": "in" if rl.incoming else "out", "owningAddr": addr.key if addr is not None else None,
+                "capacity": rl.capacity, "peer": None,
+                "undeliveredCount": len(rl.undelivered),
+                "unsettledCount": rl.outstanding if rl.incoming else len(rl.unsettled),
+                "deliveryCount": rl.delivery_count, "presettledCount": rl.presettled,
+                "droppedPresettledCount": rl.dropped_presettled, "acceptedCount": rl.accepted,
+                "rejectedCount": rl.rejected, "releasedCount": rl.released, "modifiedCount": rl.modified,
+                "deliveriesDelayed1Sec": 0, "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0,
+                "creditAvailable": credit, "zeroCreditSeconds": 0, "settleRate": 0, "priority": 4,
+                "connectionId": str(rc.engine.id),
+            }
+            out.append(self.row(rl.name, str(rl.id), values))
+        return out
+
+    def update(self, row: dict, attrs: dict) -> dict:
+        """adminStatus disabled/deleted detaches the link (its deliveries go back to their producers)."""
+        unknown = set(attrs) - {"adminStatus"}
+        if unknown:
+            raise bad_request(f"attribute '{sorted(unknown)[0]}' cannot be updated on a link")
+        status = require_str(attrs, "adminStatus", ("enabled", "disabled", "deleted"))
+        if status is None:
+            raise bad_request("UPDATE of a link needs attribute 'adminStatus'")
+        if status == "enabled":
+            return row
+        for rc, rl in _links(self.router):
+            if str(rl.id) == row["identity"]:
+                detach_link(self.router, rc, rl, "amqp:link:detach-forced", f"link {status} by management")
+                return dict(row, adminStatus=status, operStatus="down")
+        return row
+
+
+def detach_link(router, rc, rl, condition: str, description: str) -> None:
+    """Take a router link out of routing and detach it towards its peer."""
+    close = getattr(router, "close_link", None)
+    if close is not None:
+        close(rl, condition, description)
+        return
+    rc.links.pop(rl.ptr, None)
+    router._unbind(rl)
+    rc.engine.close_link(rl.ptr, condition, description)
+
+
+ADDRESS_CLASS_ROUTE = {"C": "in", "D": "out", "E": "in", "F": "out"}
+
+
+class AddressEntity(EntityAdapter):
+    short = "router.address"
+    description = "One routing-table entry (key as Dispatch's: M0addr, Lname, Rrouter, C/D link routes)."
+    attributes = (
+        "name", "identity", "type", "key", "distribution", "priority", "inProcess", "subscriberCount",
+        "remoteCount", "containerCount", "remoteHostRouters", "deliveriesIngress", "deliveriesEgress",
+        "deliveriesTransit", "deliveriesToContainer", "deliveriesFromContainer",
+        "deliveriesRedirectedToFallback", "transitOutstanding", "trackedDeliveries",
+        "deliveriesIngressRouteContainer", "deliveriesEgressRouteContainer",
+    )
+
+    def rows(self) -> list[dict]:
+        r = self.router
+        out = []
+        for key in sorted(r.addresses):
+            addr = r.addresses[key]
+            in_process = 1 if getattr(addr, "handler", None) is not None else 0
+            remote = sorted(getattr(addr, "rnodes", None) or ())
+            values = {
+                "key": key, "distribution": addr.distribution, "priority": -1, "inProcess": in_process,
+                "subscriberCount": len(addr.rlinks), "remoteCount": len(remote), "containerCount": 0,
+                "remoteHostRouters": list(remote), "deliveriesIngress": addr.deliveries_ingress,
+                "deliveriesEgress": addr.deliveries_egress,
+                "deliveriesTransit": getattr(addr, "deliveries_transit", 0),
+                "deliveriesToContainer": getattr(addr, "deliveries_to_container", 0),
+                "deliveriesFromContainer": getattr(addr, "deliveries_from_container", 0),
+                "deliveriesRedirectedToFallback": 0, "transitOutstanding": None, "trackedDeliveries": 0,
+                "deliveriesIngressRouteContainer": 0, "deliveriesEgressRouteContainer": 0,
+            }
+            out.append(self.row(key, key, values))
+        configured = self.agent.adapters.get("org.apache.qpid.dispatch.router.config.linkRoute")
+        by_name = {e["name"]: e for e in getattr(configured, "entities", ())}
+        for direction, pattern, route in link_routes(r):
+            prefix = getattr(route, "pattern", pattern)
+            entity = by_name.get(route.name)
+            # Dispatch's classes: C/D for a prefix route in/out, E/F for a pattern route in/out.
+            if entity is not None and entity.get("pattern") is not None:
+                klass = "E" if direction == "in" else "F"
+            else:
+                klass = "C" if direction == "in" else "D"
+            key = klass + prefix
+            containers = _route_containers(r, route)
+            values = {"key": key, "distribution": "linkBalanced", "priority": -1, "inProcess": 0,
+                      "subscriberCount": 0, "remoteCount": 0, "containerCount": containers,
+                      "remoteHostRouters": [], "deliveriesIngress": 0, "deliveriesEgress": 0,
+                      "deliveriesTransit": 0, "deliveriesToContainer": 0, "deliveriesFromContainer": 0,
+                      "deliveriesRedirectedToFallback": 0, "trackedDeliveries": 0}
+            out.append(self.row(key, key, values))
+        return out
+
+
+def _route_containers(router, route) -> int:
+    return sum(1 for rc in router.connections
+               if (route.connection is not None and rc.name == route.connection)
+               or (route.container_id is not None and rc.engine.remote_container == route.container_id))
+
+
+class NodeEntity(EntityAdapter):
+    short = "router.node"
+    description = "One router of the mesh (empty on a standalone router)."
+    attributes = ("id", "protocolVersion", "instance", "linkState", "nextHop", "validOrigins", "address",
+                  "routerLink", "cost", "lastTopoChange", "index", "name", "identity", "type")
+
+    def rows(self) -> list[dict]:
+        out = []
+        own = self.router.id
+        for index, node in enumerate(sorted(_mesh(self.agent), key=lambda n: str(n.get("id")))):
+            values = {k: node.get(k) for k in self.attributes if k in node}
+            if node.get("id") == own:
+                # Dispatch shows the router itself with next hop "(self)" and no link or cost.
+                values.update(nextHop="(self)", routerLink=None, cost=None)
+            values["lastTopoChange"] = self._epoch(node.get("lastTopoChange"))
+            values["routerLink"] = self._link_index(values.get("routerLink"))
+            values = {k: _plain(v) for k, v in values.items()}
+            values.setdefault("address", f"amqp:/_topo/0/{node.get('id')}")
+            values.setdefault("index", index)
+            name = f"router.node/{node.get('id')}"
+            out.append(self.row(name, name, values))
+        return out
+
+
+    def _link_index(self, link):
+        """routerLink as Dispatch shows it: the index of the inter-router connection (0 for the first);
+        the mesh may hand over the connection record itself."""
+        if link is None or isinstance(link, int):
+            return link
+        mesh_conns = sorted((rc for rc in self.router.connections if getattr(rc, "mesh", None) is not None),
+                            key=lambda rc: rc.engine.id)
+        for index, rc in enumerate(mesh_conns):
+            if rc is link:
+                return index
+        return None
+
+    def _epoch(self, when):
+        """lastTopoChange as seconds since the epoch (Dispatch's form); the mesh may keep it on the
+        router's monotonic clock, which is converted through the agent's clock."""
+        if when is None:
+            return None
+        if when < EPOCH_THRESHOLD:
+            when = time.time() - (self.agent.clock() - when)
+        return int(when)
+
+
+def _plain(value):
+    """A value the AMQP encoder takes: primitives and lists/maps of them; anything else as its str()."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+# Monotonic clocks count from boot (or Trio's random offset): anything below this is not an epoch time.
+EPOCH_THRESHOLD = 1_000_000_000
+
+
+class AllocatorEntity(EntityAdapter):
+    """Dispatch's memory pools have no equivalent in Python; the router's own records are listed with
+    their instance size and how many are alive, so ``tdstat -m`` still shows what the router holds."""
+
+    short = "allocator"
+    description = "The router's per-object records: instance size and live count."
+    attributes = ("name", "identity", "type", "typeName", "typeSize", "transferBatchSize", "localFreeListMax",
+                  "globalFreeListMax", "totalAllocFromHeap", "totalFreeToHeap", "heldByThreads",
+                  "batchesRebalancedToThreads", "batchesRebalancedToGlobal")
+
+    def rows(self) -> list[dict]:
+        from router.addresses import Address
+        from router.links import RouterConnection, RouterLink
+
+        r = self.router
+        links = sum(len(rc.links) for rc in r.connections)
+        counts = ((RouterConnection, len(r.connections)), (RouterLink, links), (Address, len(r.addresses)))
+        out = []
+        for cls, live in counts:
+            values = {"typeName": cls.__name__, "typeSize": cls.__basicsize__, "transferBatchSize": 0,
+                      "localFreeListMax": 0, "globalFreeListMax": 0, "totalAllocFromHeap": live,
+                      "totalFreeToHeap": 0, "heldByThreads": live, "batchesRebalancedToThreads": 0,
+                      "batchesRebalancedToGlobal": 0}
+            out.append(self.row(f"allocator/{cls.__name__}", cls.__name__, values))
+        return out
+
+
+def operational_adapters(agent) -> list[EntityAdapter]:
+    return [cls(agent) for cls in (RouterEntity, ConnectionEntity, LinkEntity, AddressEntity, NodeEntity,
+                                   AllocatorEntity)]

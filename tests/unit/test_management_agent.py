@@ -1,0 +1,289 @@
+"""The router's management agent against a real Router (in-memory connections, no sockets)."""
+
+from __future__ import annotations
+
+import proton
+import pytest
+
+from router.config import parse_config
+from router.core import Router
+from router.management import ManagementAgent
+from tests.unit.enginepair import RouterHarness, settle
+from wire import management as wm
+
+CONF = """
+router {
+    id: R1
+}
+address {
+    prefix: multi
+    distribution: multicast
+}
+linkRoute {
+    prefix: lr
+    direction: in
+    connection: broker
+}
+autoLink {
+    address: queue.a
+    direction: out
+    connection: broker
+}
+"""
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def setup():
+    cfg = parse_config(CONF)
+    clock = Clock()
+    router = Router("R1", address_entities=cfg.addresses, link_route_entities=cfg.link_routes,
+                    auto_link_entities=cfg.auto_links, clock=clock)
+    h = RouterHarness(router)
+    agent = ManagementAgent(router, config=cfg, clock=clock)
+    return h, agent, clock
+
+
+def call(agent, operation, **kw):
+    correlation = kw.pop("correlation_id", "c1")
+    data = wm.build_request(operation, reply_to="amqp:/_topo/0/R1/temp.x", correlation_id=correlation, **kw)
+    reply = agent.handle(data)
+    assert reply is not None
+    resp = wm.parse_response(reply)
+    assert resp.correlation_id == correlation
+    assert resp.to == "amqp:/_topo/0/R1/temp.x"
+    return resp
+
+
+def query(agent, entity_type, names=(), **kw):
+    resp = call(agent, "QUERY", entityType=entity_type, body={"attributeNames": list(names)}, **kw)
+    assert resp.status == 200, resp.description
+    return [dict(zip(resp.body["attributeNames"], row)) for row in resp.body["results"]]
+
+
+def test_status_code_is_int32_and_description_ok(setup):
+    _, agent, _ = setup
+    reply = agent.handle(wm.build_request("GET-TYPES", reply_to="r", correlation_id=7))
+    m = proton.Message()
+    m.decode(reply)
+    assert isinstance(m.properties["statusCode"], proton.int32)
+    assert m.properties["statusCode"] == 200 and m.properties["statusDescription"] == "OK"
+    assert m.correlation_id == 7
+
+
+def test_router_counts_real_traffic(setup):
+    h, agent, clock = setup
+    prod, cons = h.connect(), h.connect()
+    rcv = cons.receiver("examples", credit=10)
+    snd = prod.sender("examples")
+    h.pump()
+    for i in range(3):
+        prod.send(snd, body=i)
+    h.pump()
+    for r in cons.received(rcv):
+        settle(r)
+    h.pump()
+    clock.now += 65
+    [row] = query(agent, "org.apache.qpid.dispatch.router")
+    assert row["id"] == "R1" and row["mode"] == "standalone" and row["type"] == "org.apache.qpid.dispatch.router"
+    assert row["connectionCount"] == 2
+    assert row["linkCount"] == 2
+    assert row["deliveriesIngress"] == 3 and row["deliveriesEgress"] == 3
+    assert row["acceptedDeliveries"] == 3
+    assert row["uptimeSeconds"] == 65
+    assert row["linkRouteCount"] == 1 and row["autoLinkCount"] == 1
+
+
+def test_link_and_address_rows(setup):
+    h, agent, _ = setup
+    prod, cons = h.connect(), h.connect()
+    cons.receiver("examples", credit=10, name="hold-recv")
+    snd = prod.sender("examples", name="send-1")
+    h.pump()
+    prod.send(snd, body="x")
+    h.pump()
+    links = query(agent, "org.apache.qpid.dispatch.router.link",
+                  ["linkType", "linkDir", "connectionId", "owningAddr", "capacity", "deliveryCount",
+                   "undeliveredCount", "unsettledCount", "linkName"])
+    by_name = {link["linkName"]: link for link in links}
+    assert by_name["hold-recv"]["linkDir"] == "out" and by_name["hold-recv"]["owningAddr"] == "M0examples"
+    assert by_name["hold-recv"]["deliveryCount"] == 1 and by_name["hold-recv"]["unsettledCount"] == 1
+    assert by_name["send-1"]["linkDir"] == "in" and by_name["send-1"]["capacity"] == 250
+    assert by_name["hold-recv"]["connectionId"] == str(cons.router_engine.id)
+    addrs = {a["name"]: a for a in query(agent, "router.address")}
+    assert addrs["M0examples"]["subscriberCount"] == 1
+    assert addrs["M0examples"]["deliveriesIngress"] == 1 and addrs["M0examples"]["deliveriesEgress"] == 1
+    assert addrs["Clr"]["distribution"] == "linkBalanced"
+
+
+def test_query_paging_and_attribute_selection(setup):
+    h, agent, _ = setup
+    for _ in range(4):
+        h.connect()
+    resp = call(agent, "QUERY", entityType="org.apache.qpid.dispatch.connection", offset=1, count=2,
+                body={"attributeNames": ["identity", "dir"]})
+    assert resp.body["attributeNames"] == ["identity", "dir"]
+    assert [r[1] for r in resp.body["results"]] == ["in", "in"]
+    all_ids = [r["identity"] for r in query(agent, "connection", ["identity"])]
+    assert [r[0] for r in resp.body["results"]] == all_ids[1:3]
+
+
+def test_bad_requests(setup):
+    _, agent, _ = setup
+    resp = call(agent, "QUERY", entityType="org.apache.qpid.dispatch.nosuchtype", body={"attributeNames": []})
+    assert resp.status == 400 and resp.description == "No such entity type 'org.apache.qpid.dispatch.nosuchtype'"
+    resp = call(agent, "QUERY", entityType="router.link", body={"attributeNames": ["linkType", "bogus"]})
+    assert resp.status == 400 and "'bogus'" in resp.description
+    resp = call(agent, "READ", type="org.apache.qpid.dispatch.nosuch", name="x")
+    assert resp.status == 404
+    resp = call(agent, "READ", type="org.apache.qpid.dispatch.router.config.address", name="nope")
+    assert resp.status == 404 and "nope" in resp.description
+    resp = call(agent, "CREATE", type="org.apache.qpid.dispatch.router.config.address",
+                body={"prefix": "p", "distribution": "sideways"})
+    assert resp.status == 400 and "distribution" in resp.description
+    resp = call(agent, "CREATE", type="org.apache.qpid.dispatch.router.config.autoLink", body={"address": "a"})
+    assert resp.status == 400 and "direction" in resp.description
+    resp = call(agent, "CREATE", type="org.apache.qpid.dispatch.router.config.address", body={"prefix": "x", "color": 1})
+    assert resp.status == 400 and "color" in resp.description
+    resp = call(agent, "FROBNICATE")
+    assert resp.status == 501
+    resp = call(agent, "CREATE", type="org.apache.qpid.dispatch.router.link", body={})
+    assert resp.status == 400 and "CREATE" in resp.description
+    # garbage and requests without reply_to never raise
+    assert agent.handle(b"\x00\x53\x77\xa1") is None
+    assert agent.handle(wm.build_request("QUERY")) is None
+    assert wm.parse_response(agent.handle(proton.Message(reply_to="r", properties={"x": 1}).encode())).status == 400
+
+
+def test_create_address_multicast_changes_routing_and_delete(setup):
+    h, agent, _ = setup
+    resp = call(agent, "CREATE", type="org.apache.qpid.dispatch.router.config.address", name="news",
+                body={"prefix": "news", "distribution": "multicast"})
+    assert resp.status == 201 and resp.body["distribution"] == "multicast" and resp.body["name"] == "news"
+    prod, c1, c2 = h.connect(), h.connect(), h.connect()
+    r1 = c1.receiver("news.today", credit=5)
+    r2 = c2.receiver("news.today", credit=5)
+    snd = prod.sender("news.today")
+    h.pump()
+    prod.send(snd, body="hello")
+    h.pump()
+    assert c1.bodies(r1) == ["hello"] and c2.bodies(r2) == ["hello"]
+    rows = query(agent, "org.apache.qpid.dispatch.router.config.address", ["name", "prefix", "distribution"])
+    assert {"name": "news", "prefix": "news", "distribution": "multicast"} in rows
+    resp = call(agent, "DELETE", type="org.apache.qpid.dispatch.router.config.address", name="news")
+    assert resp.status == 204
+    assert router_semantics(agent, "news.x") == "balanced"
+
+
+def router_semantics(agent, name):
+    return agent.router.address_config.semantics(name).distribution
+
+
+def test_create_and_delete_link_route(setup):
+    _, agent, _ = setup
+    resp = call(agent, "CREATE", type="linkRoute", name="lr2", body={"prefix": "orders", "direction": "out",
+                                                                     "connection": "broker"})
+    assert resp.status == 201 and resp.body["operStatus"] == "inactive"
+    assert agent.router.link_router.tables["out"].lookup("orders.x").name == "lr2"
+    assert call(agent, "DELETE", type="linkRoute", name="lr2").status == 204
+    assert agent.router.link_router.tables["out"].lookup("orders.x") is None
+
+
+def test_autolink_created_attaches_on_open_connection(setup):
+    h, agent, _ = setup
+    broker = h.connect(name="broker")
+    resp = call(agent, "CREATE", type="org.apache.qpid.dispatch.router.config.autoLink", name="al2",
+                body={"address": "queue.b", "direction": "in", "connection": "broker"})
+    assert resp.status == 201, resp.description
+    h.pump()
+    rows = {r["name"]: r for r in query(agent, "autoLink")}
+    assert rows["al2"]["phase"] == 1 and rows["al2"]["operStatus"] in ("attaching", "active")
+    assert rows["al2"]["linkRef"] is not None
+    [link] = [rl for rl in broker.router_engine.app.links.values() if rl.auto_link is not None and rl.auto_link.name == "al2"]
+    assert rows["al2"]["linkRef"] == str(link.id)
+    assert call(agent, "DELETE", type="autoLink", name="al2").status == 204
+    assert "al2" not in {r["name"] for r in query(agent, "autoLink")}
+
+
+def test_update_link_admin_status_detaches(setup):
+    h, agent, _ = setup
+    cons = h.connect()
+    rcv = cons.receiver("examples", credit=10, name="victim")
+    h.pump()
+    [row] = [r for r in query(agent, "router.link") if r["linkName"] == "victim"]
+    resp = call(agent, "UPDATE", type="org.apache.qpid.dispatch.router.link", identity=row["identity"],
+                body={"adminStatus": "disabled"})
+    assert resp.status == 200 and resp.body["adminStatus"] == "disabled"
+    h.pump()
+    assert rcv.state & proton.Endpoint.REMOTE_CLOSED
+    assert not [r for r in query(agent, "router.link") if r["linkName"] == "victim"]
+    resp = call(agent, "UPDATE", type="org.apache.qpid.dispatch.router.link", identity="999999",
+                body={"adminStatus": "disabled"})
+    assert resp.status == 404
+
+
+def test_get_operations_types_attributes_schema(setup):
+    _, agent, _ = setup
+    ops = call(agent, "GET-OPERATIONS").body
+    assert ops["org.apache.qpid.dispatch.router.link"] == ["UPDATE", "READ"]
+    assert ops["org.apache.qpid.dispatch.listener"] == ["CREATE", "DELETE", "READ"]
+    types = call(agent, "GET-TYPES").body
+    assert types["org.apache.qpid.dispatch.router.node"] == ["org.apache.qpid.dispatch.operationalEntity",
+                                                             "org.apache.qpid.dispatch.entity"]
+    attrs = call(agent, "GET-ATTRIBUTES", entityType="org.apache.qpid.dispatch.router.link").body
+    assert list(attrs) == ["org.apache.qpid.dispatch.router.link"]
+    assert attrs["org.apache.qpid.dispatch.router.link"][:3] == ["adminStatus", "operStatus", "linkName"]
+    schema = call(agent, "GET-SCHEMA").body
+    assert schema["entityTypes"]["router.config.address"]["attributes"]["distribution"]["type"] == "enum"
+    assert call(agent, "GET-MGMT-NODES").body == []
+
+
+def test_node_rows_from_mesh():
+    router = Router("A")
+    router.mesh_nodes = lambda: [
+        {"id": "B", "protocolVersion": 1, "instance": 5, "linkState": ["A"], "nextHop": None,
+         "validOrigins": [], "address": "amqp:/_topo/0/B", "routerLink": 0, "cost": 1, "lastTopoChange": 9},
+        {"id": "A", "protocolVersion": 1, "instance": 4, "linkState": ["B"], "nextHop": "(self)",
+         "validOrigins": [], "address": "amqp:/_topo/0/A", "lastTopoChange": 9},
+    ]
+    agent = ManagementAgent(router)
+    rows = query(agent, "org.apache.qpid.dispatch.router.node")
+    assert [r["id"] for r in rows] == ["A", "B"]
+    assert rows[1]["routerLink"] == 0 and rows[0]["nextHop"] == "(self)"
+    assert rows[1]["name"] == "router.node/B"
+    assert call(agent, "GET-MGMT-NODES").body == ["amqp:/_topo/0/B/$management"]
+    [r] = query(agent, "router", ["nodeCount"])
+    assert r["nodeCount"] == 1
+
+
+def test_listener_create_without_daemon_is_not_implemented(setup):
+    _, agent, _ = setup
+    resp = call(agent, "CREATE", type="listener", body={"host": "127.0.0.1", "port": "0"})
+    assert resp.status == 501
+
+
+def test_log_update_changes_level(setup):
+    import logging
+    _, agent, _ = setup
+    resp = call(agent, "UPDATE", type="log", name="log/ROUTER_CORE", body={"enable": "debug+"})
+    assert resp.status == 200 and resp.body["enable"] == "debug+"
+    assert logging.getLogger("router.core").level == logging.DEBUG
+    logging.getLogger("router.core").setLevel(logging.NOTSET)
+    resp = call(agent, "UPDATE", type="log", name="log/ROUTER_CORE", body={"enable": "loud"})
+    assert resp.status == 400 and "enable" in resp.description
+
+
+def test_pattern_link_route_address_class(setup):
+    _, agent, _ = setup
+    resp = call(agent, "CREATE", type="linkRoute", name="pat", body={"pattern": "a.*.b", "direction": "out",
+                                                                     "connection": "broker"})
+    assert resp.status == 201, resp.description
+    keys = {a["name"] for a in query(agent, "router.address")}
+    assert "Fa.*.b" in keys and "Clr" in keys

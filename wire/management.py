@@ -1,0 +1,229 @@
+"""AMQP management messages (AMQP Management draft 9, as Qpid Dispatch uses it; reference §5.1).
+
+Shared by the router's agent, the broker's agent and the command-line tools. A request carries its
+operation and target in the application-properties (``operation``, ``type``, ``name``, ``identity``,
+``entityType``, ``offset``, ``count``...), an optional body (a map) and ``reply_to``; the response goes to
+``reply_to`` with the request's ``correlation_id`` (or its message id) and carries ``statusCode`` and
+``statusDescription``.
+
+Management is a cold path: proton's ``Message`` codec is used for both directions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import proton
+
+OK = 200
+CREATED = 201
+NO_CONTENT = 204
+BAD_REQUEST = 400
+FORBIDDEN = 403
+NOT_FOUND = 404
+INTERNAL_ERROR = 500
+NOT_IMPLEMENTED = 501
+
+STATUS_TEXT = {
+    OK: "OK", CREATED: "Created", NO_CONTENT: "No Content", BAD_REQUEST: "Bad Request",
+    FORBIDDEN: "Forbidden", NOT_FOUND: "Not Found", INTERNAL_ERROR: "Internal Server Error",
+    NOT_IMPLEMENTED: "Not Implemented",
+}
+
+#: the management node's own type, used for node-level operations (QUERY, GET-*)
+NODE_TYPE = "org.amqp.management"
+MANAGEMENT_ADDRESS = "$management"
+
+# qdstat asks for at most this many rows per QUERY; the agents cap `count` at it too, so one reply stays
+# a reasonable size however many links or connections exist.
+MAX_QUERY_COUNT = 500
+
+# A request is a few hundred bytes; anything far larger is not a management request worth decoding.
+MAX_REQUEST_BYTES = 1024 * 1024
+
+
+class ManagementError(Exception):
+    """A request the agent answers with an error status (4xx/5xx) and a description."""
+
+    def __init__(self, status: int, description: str):
+        super().__init__(status, description)
+        self.status = status
+        self.description = description
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.description}"
+
+
+def bad_request(description: str) -> ManagementError:
+    return ManagementError(BAD_REQUEST, description)
+
+
+def not_found(description: str) -> ManagementError:
+    return ManagementError(NOT_FOUND, description)
+
+
+@dataclass
+class Request:
+    """One decoded management request."""
+
+    operation: str
+    type: str | None = None
+    name: str | None = None
+    identity: str | None = None
+    entity_type: str | None = None
+    offset: int = 0
+    count: int | None = None
+    attribute_names: list[str] = field(default_factory=list)
+    body: Any = None
+    properties: dict = field(default_factory=dict)
+    reply_to: str | None = None
+    correlation_id: Any = None
+
+    @property
+    def target_type(self) -> str | None:
+        """The entity type a QUERY or GET-* is about: ``entityType``, else ``type`` unless it is the
+        node's own type (the C agent falls back to ``type`` when ``entityType`` is absent)."""
+        if self.entity_type:
+            return self.entity_type
+        if self.type and self.type != NODE_TYPE:
+            return self.type
+        return None
+
+
+def _optional_str(props: dict, key: str) -> str | None:
+    value = props.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise bad_request(f"application property '{key}' must be a string, not {type(value).__name__}")
+    return value
+
+
+def _optional_int(props: dict, key: str) -> int | None:
+    value = props.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise bad_request(f"application property '{key}' must be an integer, not {type(value).__name__}")
+    if value < 0:
+        raise bad_request(f"application property '{key}' must not be negative")
+    return int(value)
+
+
+def decode_message(data: bytes) -> proton.Message:
+    if len(data) > MAX_REQUEST_BYTES:
+        raise bad_request(f"request of {len(data)} bytes exceeds the {MAX_REQUEST_BYTES}-byte limit")
+    msg = proton.Message()
+    try:
+        msg.decode(data)
+    except Exception as exc:  # proton raises several types for malformed input
+        raise bad_request(f"malformed message: {exc}") from None
+    return msg
+
+
+def parse_request(data: bytes | proton.Message) -> Request:
+    """Decode a request; raises ManagementError (400) naming what is wrong.
+
+    The reply address and correlation id are read first so that even a bad request can be answered.
+    """
+    msg = data if isinstance(data, proton.Message) else decode_message(data)
+    props = msg.properties or {}
+    req = Request(operation="", reply_to=msg.reply_to,
+                  correlation_id=msg.correlation_id if msg.correlation_id is not None else msg.id)
+    if not isinstance(props, dict):
+        raise bad_request("application-properties must be a map")
+    req.properties = {str(k): v for k, v in props.items()}
+    op = _optional_str(req.properties, "operation")
+    if not op:
+        raise bad_request("missing application property 'operation'")
+    req.operation = op.upper()
+    req.type = _optional_str(req.properties, "type")
+    req.name = _optional_str(req.properties, "name")
+    req.identity = _optional_str(req.properties, "identity")
+    req.entity_type = _optional_str(req.properties, "entityType")
+    req.offset = _optional_int(req.properties, "offset") or 0
+    req.count = _optional_int(req.properties, "count")
+    req.body = msg.body
+    if req.operation == "QUERY" and isinstance(msg.body, dict):
+        names = msg.body.get("attributeNames")
+        if names is not None:
+            if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+                raise bad_request("body 'attributeNames' must be a list of strings")
+            req.attribute_names = [str(n) for n in names]
+    return req
+
+
+def reply_target(data: bytes) -> tuple[str | None, Any]:
+    """(reply_to, correlation id) of a message that may not even be a valid request."""
+    try:
+        msg = decode_message(data)
+    except ManagementError:
+        return None, None
+    return msg.reply_to, msg.correlation_id if msg.correlation_id is not None else msg.id
+
+
+def _amqp_value(value: Any) -> Any:
+    """Python values as the AMQP types Dispatch uses: tuples become lists, dict keys strings."""
+    if isinstance(value, dict):
+        return {str(k): _amqp_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_amqp_value(v) for v in value]
+    return value
+
+
+def build_response(reply_to: str | None, correlation_id: Any, status: int, description: str | None = None,
+                   body: Any = None) -> bytes:
+    """A response message for ``reply_to`` (its ``to``), with ``statusCode`` as an int32 (as Dispatch)."""
+    msg = proton.Message(
+        address=reply_to,
+        correlation_id=correlation_id,
+        properties={"statusCode": proton.int32(status),
+                    "statusDescription": description or STATUS_TEXT.get(status, "")},
+        body=_amqp_value(body if body is not None else {}),
+    )
+    return bytes(msg.encode())
+
+
+def build_request(operation: str, *, type: str = NODE_TYPE, name: str | None = None,
+                  identity: str | None = None, body: Any = None, reply_to: str | None = None,
+                  correlation_id: Any = None, to: str | None = MANAGEMENT_ADDRESS, **props) -> bytes:
+    """A request message (tools and tests). Extra keyword properties go into application-properties."""
+    ap: dict = {"operation": operation, "type": type}
+    if name is not None:
+        ap["name"] = name
+    if identity is not None:
+        ap["identity"] = identity
+    for k, v in props.items():
+        if v is not None:
+            ap[k] = v
+    msg = proton.Message(address=to, reply_to=reply_to, correlation_id=correlation_id, properties=ap,
+                         body=_amqp_value(body if body is not None else {}))
+    return bytes(msg.encode())
+
+
+@dataclass
+class Response:
+    """One decoded management response."""
+
+    status: int
+    description: str
+    body: Any
+    correlation_id: Any = None
+    to: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+def parse_response(data: bytes | proton.Message) -> Response:
+    msg = data if isinstance(data, proton.Message) else decode_message(data)
+    props = msg.properties or {}
+    status = props.get("statusCode")
+    if not isinstance(status, int):
+        raise ValueError("response without an integer statusCode")
+    return Response(int(status), str(props.get("statusDescription") or ""), msg.body, msg.correlation_id,
+                    msg.address)
