@@ -58,6 +58,13 @@ def waypoint_ordinal(terminus) -> int | None:
     return None
 
 
+# Link counter attribute -> management name, summed over closed links (router entity totals).
+CLOSED_LINK_COUNTERS = (
+    ("presettled", "presettledDeliveries"), ("dropped_presettled", "droppedPresettledDeliveries"),
+    ("accepted", "acceptedDeliveries"), ("rejected", "rejectedDeliveries"),
+    ("released", "releasedDeliveries"), ("modified", "modifiedDeliveries"),
+)
+
 # Router entity timers (seconds) handed to the routing engine in interior mode, with Dispatch's defaults.
 MESH_TIMER_DEFAULTS = {
     "hello_interval": 1.0, "hello_max_age": 3.0, "ra_interval": 30.0, "ra_interval_flux": 4.0,
@@ -82,6 +89,8 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         self._partial: dict = {}  # incoming delivery pointer -> list of chunks received so far
         self._clock = clock or (lambda: 0.0)
         self._init_forwarder()
+        # Counters of links that have gone, so router-wide totals (management) do not fall back.
+        self.closed_link_totals: dict[str, int] = {}
         self.flow = flow_recorder
         self._init_mesh()
         self.inter_router = InterRouterLinks(self)
@@ -398,6 +407,16 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         # Another router's address: no mesh yet in standalone mode.
         return self._bind_address(klass + name, name, CLOSEST)
 
+    def _keep_totals(self, rl: RouterLink) -> None:
+        t = self.closed_link_totals
+        for attr, key in CLOSED_LINK_COUNTERS:
+            t[key] = t.get(key, 0) + getattr(rl, attr)
+        direction = "deliveriesIngress" if rl.incoming else "deliveriesEgress"
+        t[direction] = t.get(direction, 0) + rl.delivery_count
+        if rl.conn is not None and rl.conn.role == "route-container":
+            key = direction + "RouteContainer"
+            t[key] = t.get(key, 0) + rl.delivery_count
+
     def _bind_address(self, key: str, name: str, distribution: str, phase: int = 0, pattern=None) -> Address:
         addr = self.addresses.get(key)
         if addr is None:
@@ -408,6 +427,7 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         if rl.closed:
             return
         rl.closed = True
+        self._keep_totals(rl)
         addr = rl.address
         if rl.incoming:
             if addr is not None:

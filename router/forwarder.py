@@ -207,6 +207,7 @@ class Forwarder:
             if ind.buffered == 0:
                 self._left_buffer(ind)
         ol.tag_seq = seq
+        ol.conn.last_delivery_at = self._clock()  # once per pump (a batch), not per message
         ol.delivery_count += sent
         ol.address.deliveries_egress += sent
         ol.engine.wake()

@@ -169,7 +169,7 @@ Router Statistics
   Connections                      3
   Presettled Count                 0
   Dropped Presettled Count         0
-  Accepted Count                   3
+  Accepted Count                   8
   Rejected Count                   0
   Released Count                   0
   Modified Count                   0
@@ -178,8 +178,8 @@ Router Statistics
   Deliveries Stuck > 10sec         0
   Deliveries to Fallback           0
   Links Blocked                    0
-  Ingress Count                    1
-  Egress Count                     3
+  Ingress Count                    9
+  Egress Count                     8
   Transit Count                    0
   Deliveries from Route Container  0
   Deliveries to Route Container    0
@@ -189,11 +189,11 @@ Router Statistics
 Router.Live
 
 Connections
-  id  host             container                             role    proto  dir  security     authentication  tenant  last dlv  uptime
-  ============================================================================================================================================
-  1   127.0.0.1:PPPPP  hold-closest                          normal  amqp   in   no-security  anonymous-user          -         TTT:TT:TT:TT
-  2   127.0.0.1:PPPPP  hold-news                             normal  amqp   in   no-security  anonymous-user          -         TTT:TT:TT:TT
-  7   127.0.0.1:PPPPP  xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx  normal  amqp   in   no-security  anonymous-user          -         TTT:TT:TT:TT
+  id  host             container                             role    proto  dir  security     authentication  tenant  last dlv      uptime
+  ================================================================================================================================================
+  1   127.0.0.1:PPPPP  hold-closest                          normal  amqp   in   no-security  anonymous-user          -             TTT:TT:TT:TT
+  2   127.0.0.1:PPPPP  hold-news                             normal  amqp   in   no-security  anonymous-user          TTT:TT:TT:TT  TTT:TT:TT:TT
+  7   127.0.0.1:PPPPP  xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx  normal  amqp   in   no-security  anonymous-user          -             TTT:TT:TT:TT
 ''',
     'links': '''\
 <DATE>
@@ -278,7 +278,7 @@ Router.Live
 Connections
 "id","host","container","role","proto","dir","security","authentication","tenant","last dlv","uptime"
 "1","127.0.0.1:PPPPP","hold-closest","normal","amqp","in","no-security","anonymous-user",,"-","TTT:TT:TT:TT"
-"2","127.0.0.1:PPPPP","hold-news","normal","amqp","in","no-security","anonymous-user",,"-","TTT:TT:TT:TT"
+"2","127.0.0.1:PPPPP","hold-news","normal","amqp","in","no-security","anonymous-user",,"TTT:TT:TT:TT","TTT:TT:TT:TT"
 "15","127.0.0.1:PPPPP","xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx","normal","amqp","in","no-security","anonymous-user",,"-","TTT:TT:TT:TT"
 ''',
     'address_limit': '''\
