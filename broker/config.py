@@ -28,7 +28,7 @@ from . import xmlschema as xs
 from .xmlschema import BrokerConfigError, Ctx, children, did_you_mean, local
 
 __all__ = [
-    "Acceptor", "AddressConfig", "AddressSettings", "BrokerConfig", "BrokerConfigError",
+    "Acceptor", "AddressConfig", "AddressSettings", "BrokerConfig", "BrokerConfigError", "FlowRecordsConfig",
     "BrokerConnection", "BrokerConnectionElement", "QueueConfig", "artemis_match",
     "load_broker_config", "match_specificity_cmp", "parse_broker_config",
 ]
@@ -144,6 +144,16 @@ class BrokerConnection:
 
 
 @dataclass
+class FlowRecordsConfig:
+    """``<flow-records>``: where and how much the broker records for flow analytics (tdbroker only)."""
+
+    directory: str
+    sample: float             # fraction of messages recorded, 0 < sample <= 1
+    rotate_mb: int
+    line: int
+
+
+@dataclass
 class BrokerConfig:
     """A parsed broker.xml.  ``warnings`` lists ``"FILE:LINE: warning: ..."`` strings."""
 
@@ -159,6 +169,7 @@ class BrokerConfig:
     warnings: list
     journal_sync_transactional: bool = xs.DEFAULT_JOURNAL_SYNC
     journal_sync_non_transactional: bool = xs.DEFAULT_JOURNAL_SYNC
+    flow_records: FlowRecordsConfig | None = None
 
     def settings_for(self, address: str) -> AddressSettings:
         """The merged settings for ``address``, with Artemis' defaults for unset fields."""
@@ -361,7 +372,30 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
             cfg.address_settings = _parse_address_settings(ctx, el)
         elif name == "broker-connections":
             cfg.broker_connections = _parse_broker_connections(ctx, el)
+        elif name == "flow-records":
+            cfg.flow_records = _parse_flow_records(ctx, el)
     return cfg
+
+
+def _parse_flow_records(ctx: Ctx, el) -> FlowRecordsConfig:
+    ctx.check_attrs(el, xs.FLOW_RECORDS_ATTRS)
+    directory = ctx.attr(el, "directory", required=True)
+    raw = el.attrib.get("sample")
+    sample = xs.DEFAULT_FLOW_SAMPLE
+    if raw is not None:
+        try:
+            sample = float(raw)
+        except ValueError:
+            raise ctx.error(el, f"<flow-records> sample must be a number in (0, 1], got {raw!r}") from None
+        if not 0.0 < sample <= 1.0:
+            raise ctx.error(el, f"<flow-records> sample must be in (0, 1], got {raw!r}")
+    rotate = ctx.attr(el, "rotate-mb", "int", xs.DEFAULT_FLOW_ROTATE_MB)
+    if rotate <= 0:
+        raise ctx.error(el, f"<flow-records> rotate-mb must be positive, got {rotate}")
+    for child in el:
+        if isinstance(child.tag, str):
+            raise _unknown(ctx, child, "flow-records", [])
+    return FlowRecordsConfig(directory, sample, rotate, el.line)
 
 
 def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:

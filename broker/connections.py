@@ -1,30 +1,49 @@
 """Broker connections (Artemis ``<broker-connections><amqp-connection>``): tdbroker dials out.
 
-Only ``<peer>`` is implemented: for each local queue that matches (``address-match`` against the queue's
-address with Artemis wildcards, or ``queue-name``), the broker attaches, on one session,
+For each local queue an element matches (``address-match`` against the queue's address with Artemis
+wildcards, or ``queue-name``) the broker attaches, on one session per connection:
 
-* a RECEIVER with source address = queue name and source capability ``qd.waypoint`` (an array, as
-  Artemis sends it): the router's phase-0 messages for the address arrive on it and are stored;
-* a SENDER with target address = queue name and target capability ``qd.waypoint``: the router grants
-  credit on it while phase-1 consumers exist, and the queue's messages are delivered through it.
+* ``<peer>``: a RECEIVER whose source address is the queue name with source capability ``qd.waypoint``
+  (an array, as Artemis sends it) -- the router's phase-0 messages for the address arrive on it and are
+  stored -- and a SENDER whose target is the queue name with target capability ``qd.waypoint`` -- the
+  router grants credit on it while phase-1 consumers exist and the queue's messages leave through it;
+* ``<sender>``: the same sender without the capability (the queue's messages are pushed to the remote
+  node: the address for ``address-match``, the queue name for ``queue-name``);
+* ``<receiver>``: the same receiver without the capability (the remote node's messages are pulled into
+  the queue).
 
-The links are attached again on every reconnect. ``sender``, ``receiver``, ``mirror`` and ``federation``
-elements are not implemented yet and are reported once at start-up.
+Queues created later (auto-created, by management) get their links as soon as they exist, and every
+link is attached again on reconnect (retry-interval, reconnect-attempts, failover URIs after ``#``). ``auto-start="false"`` leaves
+the connection stopped until :meth:`BridgeControl.start` (the management ``start`` operation);
+:meth:`BridgeControl.stop` closes it. ``user``/``password`` authenticate with SASL PLAIN. Temporary
+queues (dynamic sources, non-durable subscriptions) never get broker-connection links. ``<mirror>`` and
+``<federation>`` are not implemented and are reported once at start-up.
 """
 
 from __future__ import annotations
 
 import logging
+import urllib.parse
+from typing import TYPE_CHECKING
 
 import proton
+import trio
 
-from broker.config import BrokerConnection, artemis_match
-from broker.server import Broker
+from broker.config import BrokerConnection, BrokerConnectionElement, artemis_match
 from wire.driver import Backoff, run_connector
+
+if TYPE_CHECKING:
+    from broker.server import Broker
 
 log = logging.getLogger("broker.connections")
 
 WAYPOINT_CAPABILITY = "qd.waypoint"
+LINK_KINDS = ("peer", "sender", "receiver")
+# How long a stopped connection waits for the peer's close frame before the socket is dropped.
+STOP_GRACE_SECONDS = 2.0
+_POLL_SECONDS = 0.02
+
+STOPPED, CONNECTING, CONNECTED, FAILED = "stopped", "connecting", "connected", "failed"
 
 
 def _waypoint_caps(terminus: proton.Terminus) -> None:
@@ -35,69 +54,210 @@ def _waypoint_caps(terminus: proton.Terminus) -> None:
     caps.exit()
 
 
-def peer_queues(broker: Broker, conn: BrokerConnection) -> list[str]:
-    """Names of the local queues any ``<peer>`` of ``conn`` matches, in queue order."""
-    names = []
-    for el in conn.elements:
-        if el.kind != "peer":
+def element_matches(el: BrokerConnectionElement, qname: str, address: str) -> bool:
+    if el.queue_name:
+        return el.queue_name == qname
+    return bool(el.address_match) and artemis_match(el.address_match, address)
+
+
+def planned_links(broker: Broker, conn: BrokerConnection, only: str | None = None) -> list[tuple]:
+    """``(kind, queue name, remote address)`` for every link ``conn`` wants (or only for queue ``only``)."""
+    out = []
+    for qname, info in list(broker.queue_info.items()):
+        if info.temporary or (only is not None and qname != only):
             continue
-        for qname, address in broker.queue_address.items():
-            if qname in names:
+        for el in conn.elements:
+            if el.kind in LINK_KINDS and element_matches(el, qname, info.address):
+                remote = qname if (el.kind == "peer" or el.queue_name) else info.address
+                item = (el.kind, qname, remote)
+                if item not in out:
+                    out.append(item)
+    return out
+
+
+def use_sasl_plain(engine, user: str, password: str | None) -> None:
+    """Make a fresh client engine authenticate with SASL PLAIN.
+
+    proton copies the connection's user and password into the SASL layer when the transport is bound,
+    and :class:`wire.connection.EngineConnection` binds in its constructor with ANONYMOUS (see
+    :mod:`wire.sasl`), so the transport is unbound and bound again before any byte moved."""
+    t, c = engine.transport, engine.connection
+    t.unbind()
+    c.user = user
+    c.password = password or ""
+    sasl = t.sasl()
+    sasl.allowed_mechs("PLAIN")
+    sasl.allow_insecure_mechs = True  # loopback / private networks; TLS is not part of this build
+    t.bind(c)
+
+
+class BridgeControl:
+    """One ``<amqp-connection>``: its state for management and the Trio task that keeps it up."""
+
+    def __init__(self, broker: Broker, conn: BrokerConnection):
+        self.broker = broker
+        self.conn = conn
+        self.wanted = conn.auto_start
+        self.status = STOPPED
+        self.engine = None            # while connected (the peer answered our open)
+        self._session = None
+        self._attached: set = set()   # (kind, queue) with links on the current engine
+        self._changed = trio.Event()
+        self._opened = False          # the current attempt reached the peer's open
+        broker.bridges[conn.name] = self
+        broker._queue_listeners.append(self.on_queue_created)
+
+    # -- management triggers (sync; the Trio task does the work) -----------------------------------
+    def start(self) -> None:
+        self.wanted = True
+        if self.status == FAILED:
+            self.status = STOPPED
+        self._changed.set()
+
+    def stop(self) -> None:
+        self.wanted = False
+        self._changed.set()
+
+    def link_count(self) -> int:
+        e = self.engine
+        return len(e.app.links) if e is not None and e.app is not None else 0
+
+    # -- links ----------------------------------------------------------------------------------------
+    def _open(self, engine) -> None:
+        self._opened = True
+        self.engine = engine
+        self.status = CONNECTED
+        self._attached = set()
+        self._session = None
+        self.attach_links(None)
+
+    def on_queue_created(self, qname: str) -> None:
+        if self.engine is not None and not self.engine.finished:
+            self.attach_links(qname)
+
+    def attach_links(self, only: str | None) -> int:
+        """Attach the links of every matching queue not attached yet; returns how many pairs/links."""
+        engine = self.engine
+        broker = self.broker
+        n = 0
+        for kind, qname, remote in planned_links(broker, self.conn, only):
+            if (kind, qname) in self._attached:
                 continue
-            if (el.queue_name and el.queue_name == qname) or (
-                    el.address_match and artemis_match(el.address_match, address)):
-                names.append(qname)
-    return names
+            if self._session is None:
+                self._session = engine.connection.session()
+                self._session.open()
+            q = broker.queues[qname]
+            prefix = f"{self.conn.name}.{qname}"
+            if kind in ("peer", "receiver"):
+                rx = self._session.receiver(f"{prefix}.receiver" if kind == "peer" else f"{prefix}.in")
+                rx.source.address = remote
+                if kind == "peer":
+                    _waypoint_caps(rx.source)
+                rx.target.address = qname
+                rx.open()
+                broker.attach_local(engine, rx._impl, q, incoming=True, name=rx.name)
+            if kind in ("peer", "sender"):
+                tx = self._session.sender(f"{prefix}.sender" if kind == "peer" else f"{prefix}.out")
+                tx.source.address = qname
+                tx.target.address = remote
+                if kind == "peer":
+                    _waypoint_caps(tx.target)
+                tx.open()
+                broker.attach_local(engine, tx._impl, q, incoming=False, name=tx.name)
+            self._attached.add((kind, qname))
+            n += 1
+            log.info("broker connection %s: %s links for queue %s attached", self.conn.name, kind, qname)
+        if n:
+            broker.on_batch_end()
+            engine.wake()
+        return n
 
-
-def open_peer_links(broker: Broker, conn: BrokerConnection, engine) -> None:
-    """Attach the two waypoint links of every matching queue on a fresh session."""
-    names = peer_queues(broker, conn)
-    if not names:
-        return
-    session = engine.connection.session()
-    session.open()
-    for qname in names:
-        q = broker.queues[qname]
-        rx = session.receiver(f"{conn.name}.{qname}.receiver")
-        rx.source.address = qname
-        _waypoint_caps(rx.source)
-        rx.target.address = qname
-        rx.open()
-        broker.attach_local(engine, rx._impl, q, incoming=True, name=rx.name)
-        tx = session.sender(f"{conn.name}.{qname}.sender")
-        tx.source.address = qname
-        tx.target.address = qname
-        _waypoint_caps(tx.target)
-        tx.open()
-        broker.attach_local(engine, tx._impl, q, incoming=False, name=tx.name)
-        log.info("broker connection %s: peer links for queue %s attached", conn.name, qname)
-    engine.wake()
-
-
-def backoff_for(conn: BrokerConnection) -> Backoff:
-    attempts = conn.reconnect_attempts
-    return Backoff(initial=max(conn.retry_interval_ms, 1) / 1000.0, multiplier=1.0,
-                   max_delay=max(conn.retry_interval_ms, 1) / 1000.0,
-                   max_attempts=0 if attempts < 0 else attempts + 1)
-
-
-async def run_broker_connection(broker: Broker, conn: BrokerConnection) -> None:
-    """Keep one ``<amqp-connection>`` up (reconnecting per retry-interval / reconnect-attempts)."""
-    for el in conn.elements:
-        if el.kind != "peer":
-            log.warning("%s:%d: <%s> in broker connection %s is not implemented yet; ignored",
-                        broker.cfg.path, el.line, el.kind, conn.name)
-    settings = broker.connection_settings(name=conn.name)
-
-    def make_engine(remote: str):
+    # -- the task ---------------------------------------------------------------------------------------
+    def _make_engine(self, remote: str):
+        broker = self.broker
+        settings = broker.connection_settings(name=self.conn.name)
         engine = broker.new_engine(settings, server=False, remote_host=remote)
-        engine.app.on_open = lambda e: open_peer_links(broker, conn, e)
+        if self.conn.user:
+            use_sasl_plain(engine, self.conn.user, self.conn.password)
+        engine.app.on_open = self._open
         return engine
 
-    def on_state(state: str) -> None:
-        log.debug("broker connection %s: %s", conn.name, state)
+    def _on_state(self, state: str) -> None:
+        if state != "SUCCESS":
+            self.engine = None
+        if state == "CONNECTING":
+            self.status = CONNECTING
+        log.debug("broker connection %s: %s", self.conn.name, state)
 
-    await run_connector(conn.host, conn.port, make_engine, backoff_for(conn), on_state=on_state)
-    log.warning("broker connection %s to %s:%d gave up after %d attempts", conn.name, conn.host, conn.port,
-                conn.reconnect_attempts)
+    async def run(self) -> None:
+        """Wait for start, keep the connection up until stop; forever (the broker's nursery ends it)."""
+        for el in self.conn.elements:
+            if el.kind not in LINK_KINDS:
+                log.warning("%s:%d: <%s> in broker connection %s is not implemented yet; ignored",
+                            self.broker.cfg.path, el.line, el.kind, self.conn.name)
+        while True:
+            while not self.wanted:
+                await self._changed.wait()
+                self._changed = trio.Event()
+            self.status = CONNECTING
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._connect, nursery.cancel_scope)
+                nursery.start_soon(self._watch_stop, nursery.cancel_scope)
+            self.engine = None
+            if self.status != FAILED:
+                self.status = STOPPED
+
+    async def _connect(self, scope: trio.CancelScope) -> None:
+        """Connect, and reconnect every retry-interval. A failed attempt moves on to the next failover
+        URI (``uri="tcp://a:1#tcp://b:2"``); a connection that got as far as the peer's open resets the
+        attempt count, as Artemis does; more than reconnect-attempts failures in a row give up."""
+        conn = self.conn
+        targets = failover_targets(conn)
+        failures = 0
+        i = 0
+        while True:
+            host, port = targets[i % len(targets)]
+            self._opened = False
+            await run_connector(host, port, self._make_engine, ONE_ATTEMPT, on_state=self._on_state)
+            if self._opened:
+                failures = 0
+            else:
+                failures += 1
+                i += 1
+            if 0 <= conn.reconnect_attempts < failures:
+                break
+            self.status = CONNECTING
+            await trio.sleep(max(conn.retry_interval_ms, 1) / 1000.0)
+        log.warning("broker connection %s (%s) gave up after %d attempts", conn.name, conn.uri, failures)
+        self.status = FAILED
+        self.wanted = False
+        scope.cancel()
+
+    async def _watch_stop(self, scope: trio.CancelScope) -> None:
+        while self.wanted:
+            await self._changed.wait()
+            self._changed = trio.Event()
+        engine = self.engine
+        if engine is not None and not engine.finished:
+            engine.close()
+            engine.wake()
+            with trio.move_on_after(STOP_GRACE_SECONDS):
+                while not engine.finished and engine.app in self.broker.connections:
+                    await trio.sleep(_POLL_SECONDS)
+        log.info("broker connection %s stopped", self.conn.name)
+        scope.cancel()
+
+
+# run_connector is used for one connection at a time: the retry loop (interval, failover, attempt
+# count) is BridgeControl._connect's.
+ONE_ATTEMPT = Backoff(initial=0.0, multiplier=1.0, max_delay=0.0, max_attempts=1)
+
+
+def failover_targets(conn: BrokerConnection) -> list[tuple[str, int]]:
+    """``(host, port)`` of the connection's URI and then of each failover URI after ``#``."""
+    out = [(conn.host, conn.port)]
+    for uri in conn.alternate_uris:
+        parts = urllib.parse.urlsplit(uri)
+        if parts.hostname and parts.port:  # validated by broker.config
+            out.append((parts.hostname, parts.port))
+    return out

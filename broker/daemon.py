@@ -14,8 +14,8 @@ import sys
 import click
 import trio
 
+from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
-from broker.connections import run_broker_connection
 from broker.server import Broker
 from wire.driver import serve_listener, shut_down_on_signal
 
@@ -25,14 +25,52 @@ SHUTDOWN_GRACE_SECONDS = 3.0
 DEFAULT_CONFIG = "broker.xml"
 
 
+def attach_management(broker: Broker) -> None:
+    """Install the management agent when its module is present (it is written separately)."""
+    try:
+        from broker.management import BrokerManagement
+    except ImportError as exc:
+        log.info("management agent not available (%s); $management is refused", exc)
+        return
+    broker.management = BrokerManagement(broker)
+
+
+def make_recorder(broker: Broker, cfg: BrokerConfig):
+    """A wire.flowrecords.FlowRecorder when <flow-records> is configured, else None (costs nothing)."""
+    fr = cfg.flow_records
+    if fr is None:
+        return None
+    try:
+        from wire.flowrecords import FlowRecorder
+    except ImportError as exc:
+        raise SystemExit(f"{cfg.path}:{fr.line}: <flow-records> needs wire.flowrecords: {exc}")
+    return FlowRecorder(fr.directory, broker.name, sample=fr.sample, rotate_mb=fr.rotate_mb)
+
+
+def _final_bindings(broker: Broker) -> None:
+    """Write a queue-table change the bindings task had no time for (shutdown; blocking is fine here)."""
+    snapshot = broker.take_bindings()
+    if snapshot is None:
+        return
+    try:
+        write_bindings(broker.bindings_path(), snapshot)
+    except OSError as exc:
+        log.error("cannot write bindings at shutdown: %s", exc)
+
+
 async def run_broker(cfg: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     broker = Broker(cfg)
     broker.open_journal()
+    attach_management(broker)
+    broker.recorder = make_recorder(broker, cfg)
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             await _serve(broker, cfg, signals, task_status)
     finally:
+        _final_bindings(broker)
         broker.close_journal()
+        if broker.recorder is not None:
+            broker.recorder.close()
 
 
 async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> None:
@@ -41,6 +79,9 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
             await nursery.start(broker.committer.run)
             nursery.start_soon(broker.durability_loop)
         nursery.start_soon(broker.expiry_loop)
+        nursery.start_soon(broker.bindings_loop)
+        if broker.recorder is not None:
+            nursery.start_soon(broker.recorder.run)
         for acc in cfg.acceptors:
             settings = broker.connection_settings(name=acc.name)
             try:
@@ -54,9 +95,8 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
             for lst in listeners:
                 h, p = lst.socket.getsockname()[:2]
                 print(f"tdbroker: listening on {h}:{p} (acceptor {acc.name})", flush=True)
-        for conn in cfg.broker_connections:
-            if conn.auto_start:
-                nursery.start_soon(run_broker_connection, broker, conn)
+        for ctl in broker.bridges.values():
+            nursery.start_soon(ctl.run)  # auto-start="false" ones wait for start_broker_connection
         print("tdbroker: ready", flush=True)
         task_status.started(broker)
         await shut_down_on_signal(signals, broker.close_all, lambda: bool(broker.connections),

@@ -26,9 +26,10 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from itertools import count as _counter
 
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedList
 
-from wire.header import expires_at as _expires_at
+from wire.amqptypes import CodecError
+from wire.header import _absolute_expiry_time  # expires_at() without its second read_header (hot path)
 from wire.header import read_header, set_delivery_count
 
 __all__ = ["QueuedMessage", "Queue", "ACCEPTED", "RELEASED", "MODIFIED", "REJECTED",
@@ -50,6 +51,86 @@ REASON_REJECTED = "rejected"
 REASON_MAX_DELIVERY_ATTEMPTS = "max-delivery-attempts"
 
 
+_SECTION_AFTER_HEADER = frozenset(range(0x71, 0x78))   # delivery-annotations .. footer
+_BOOL = {0x41: True, 0x42: False, 0x40: False}
+_HEADER_DEFAULTS = (False, DEFAULT_PRIORITY, None, 0)
+
+
+def _uint_at(b: bytes, p: int):
+    """A uint field (uint / smalluint / uint0 / null) at ``p``: (value or None, next position); None
+    for any other encoding (the caller then uses the general parser)."""
+    c = b[p]
+    if c == 0x52:
+        return b[p + 1], p + 2
+    if c == 0x43:
+        return 0, p + 1
+    if c == 0x40:
+        return None, p + 1
+    if c == 0x70:
+        return int.from_bytes(b[p + 1:p + 5], "big"), p + 5
+    return None
+
+
+def _fast_header(b: bytes):
+    """``(durable, priority, ttl, delivery_count)`` for the encodings every client library writes (a
+    header as a short list with the common field encodings, or no header before another section), or
+    None to fall back to :func:`wire.header.read_header`. Runs once per stored message: the general
+    parser costs about twice as much."""
+    if len(b) < 4 or b[0] != 0 or b[1] != 0x53:
+        return None
+    code = b[2]
+    if code in _SECTION_AFTER_HEADER:
+        return _HEADER_DEFAULTS
+    if code != 0x70:
+        return None
+    c = b[3]
+    if c == 0x45:
+        return _HEADER_DEFAULTS
+    if c != 0xC0 or len(b) < 6:
+        return None
+    end = 5 + b[4]
+    count = b[5]
+    if end > len(b) or count > 5:
+        return None
+    p = 6
+    durable, priority, ttl, dc = False, DEFAULT_PRIORITY, None, 0
+    try:
+        for i in range(count):
+            if p >= end:
+                return None
+            c = b[p]
+            if i == 0 or i == 3:
+                if c == 0x56:
+                    v, p = bool(b[p + 1]), p + 2
+                elif c in _BOOL:
+                    v, p = _BOOL[c], p + 1
+                else:
+                    return None
+                if i == 0:
+                    durable = v
+            elif i == 1:
+                if c == 0x50:
+                    priority, p = b[p + 1], p + 2
+                elif c == 0x40:
+                    p += 1
+                else:
+                    return None
+            else:
+                r = _uint_at(b, p)
+                if r is None:
+                    return None
+                v, p = r
+                if i == 2:
+                    ttl = v
+                elif v is not None:
+                    dc = v
+        if p != end:
+            return None
+    except IndexError:
+        return None
+    return durable, priority, ttl, dc
+
+
 class QueuedMessage:
     """A message held by a queue: its encoded bytes plus the header facts the queue acts on.
 
@@ -58,7 +139,7 @@ class QueuedMessage:
     header's count of prior unsuccessful delivery attempts. ``payload`` is never modified: use
     :meth:`outgoing` for the bytes to send, which carry the current delivery-count."""
     __slots__ = ("record_id", "payload", "priority", "expires_at", "delivery_count", "durable",
-                 "enqueued_at", "seq", "excluded")
+                 "enqueued_at", "seq", "excluded", "not_before")
 
     def __init__(self, payload: bytes, *, record_id: int | None = None, priority: int = DEFAULT_PRIORITY,
                  expires_at: int | None = None, delivery_count: int = 0, durable: bool = False,
@@ -72,15 +153,34 @@ class QueuedMessage:
         self.enqueued_at = enqueued_at
         self.seq: int | None = None              # position in its queue, set by Queue.enqueue
         self.excluded: set | None = None         # consumers that answered undeliverable-here
+        self.not_before: int | None = None       # redelivery-delay: not handed out before this time
 
     @classmethod
     def from_bytes(cls, payload: bytes, now_ms: int, *, record_id: int | None = None) -> QueuedMessage:
         """Build from an encoded message arriving at ``now_ms``: durable, priority and delivery-count
         from its header, expiry from absolute-expiry-time or ttl (see :func:`wire.header.expires_at`).
         Raises :class:`wire.amqptypes.CodecError` for a malformed message."""
-        h = read_header(payload)
-        return cls(payload, record_id=record_id, priority=h.priority, expires_at=_expires_at(payload, now_ms),
-                   delivery_count=h.delivery_count, durable=h.durable, enqueued_at=now_ms)
+        fast = _fast_header(payload)
+        if fast is None:
+            h = read_header(payload)
+            fast = (h.durable, h.priority, h.ttl, h.delivery_count)
+        durable, priority, ttl, delivery_count = fast
+        # wire.header.expires_at(payload, now_ms), sharing this read_header: an absolute-expiry-time > 0
+        # wins, else a non-zero ttl counts from the arrival here.
+        try:
+            absolute = _absolute_expiry_time(payload)
+        except CodecError:
+            raise
+        except Exception as exc:  # IndexError / struct.error from a truncated message
+            raise CodecError(f"malformed message: {exc}") from None
+        if absolute is not None and absolute > 0:
+            expires = absolute
+        elif ttl:
+            expires = now_ms + ttl
+        else:
+            expires = None
+        return cls(payload, record_id=record_id, priority=priority, expires_at=expires,
+                   delivery_count=delivery_count, durable=durable, enqueued_at=now_ms)
 
     def outgoing(self) -> bytes:
         """The bytes to transfer: ``payload`` with its header delivery-count brought up to date (the
@@ -104,13 +204,68 @@ class _Consumer:
         self.unacked: dict[int, QueuedMessage] = {}     # token -> message, in delivery order
 
 
-class Queue:
-    """A broker queue: JMS-style priority (higher first, FIFO within a priority) with sortedcontainers,
-    credit-driven delivery to consumers, redelivery, dead-lettering and expiry.
+class _ReadySet:
+    """The ready messages of a queue: a deque per priority level, each in sequence order, plus a
+    ``(-priority, seq) -> message`` map for removal by key.
 
-    Ready messages live in a ``SortedDict`` keyed by ``(-priority, seq)``; those with an expiry are
-    also indexed by ``(expires_at, key)`` so that :meth:`expire` and :meth:`next_expiry` cost
-    O(log n) per message rather than a scan. Delivered, unsettled messages sit with their consumer under
+    Why not one sorted map: the hot path is "append a new message" and "take the first one", O(1) on a
+    deque; a sorted container spent ~4 µs per message bisecting for positions that are almost always the
+    ends. A message coming back (released, modified, its consumer gone) is put back at its place by a
+    scan from the front, where such messages are in practice.
+    """
+
+    __slots__ = ("levels", "by_key")
+
+    def __init__(self):
+        self.levels = [deque() for _ in range(MAX_PRIORITY + 1)]
+        self.by_key: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.by_key)
+
+    def __getitem__(self, key) -> QueuedMessage:
+        return self.by_key[key]
+
+    def put(self, key, msg: QueuedMessage) -> None:
+        level = self.levels[msg.priority]
+        seq = msg.seq
+        if not level or level[-1].seq < seq:
+            level.append(msg)
+        else:
+            for i, other in enumerate(level):
+                if other.seq > seq:
+                    level.insert(i, msg)
+                    break
+        self.by_key[key] = msg
+
+    def pop(self, key) -> QueuedMessage:
+        msg = self.by_key.pop(key)
+        level = self.levels[msg.priority]
+        if level[0] is msg:
+            level.popleft()
+        else:
+            level.remove(msg)
+        return msg
+
+    def values(self) -> list[QueuedMessage]:
+        out = []
+        for level in reversed(self.levels):
+            out.extend(level)
+        return out
+
+    def clear(self) -> None:
+        for level in self.levels:
+            level.clear()
+        self.by_key.clear()
+
+
+class Queue:
+    """A broker queue: JMS-style priority (higher first, FIFO within a priority), credit-driven delivery
+    to consumers, redelivery, dead-lettering and expiry.
+
+    Ready messages live in a :class:`_ReadySet` keyed by ``(-priority, seq)``; those with an expiry are
+    also indexed by ``(expires_at, key)`` (sortedcontainers) so that :meth:`expire` and
+    :meth:`next_expiry` cost O(log n) per message rather than a scan. Delivered, unsettled messages sit with their consumer under
     a delivery token until :meth:`settle` (or :meth:`remove_consumer`) says what became of them.
 
     Callbacks: ``dead_letter(msg, reason)`` for a message leaving by rejection or too many failed
@@ -128,12 +283,18 @@ class Queue:
 
     def __init__(self, name: str, *, max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
                  dead_letter: Callable[[QueuedMessage, str], None] | None = None,
-                 expired: Callable[[QueuedMessage], None] | None = None):
+                 expired: Callable[[QueuedMessage], None] | None = None,
+                 redelivery_delay: int = 0, clock: Callable[[], int] | None = None):
         self.name = name
         self.max_delivery_attempts = max_delivery_attempts
+        # Artemis' redelivery-delay (ms): a message back after a failed attempt waits this long. Needs
+        # the clock (ms since the epoch) to stamp its not-before time; without one there is no delay.
+        self.redelivery_delay = redelivery_delay if clock is not None else 0
+        self._clock = clock
+        self._delayed: SortedList = SortedList()        # (not_before, key) of ready, delayed messages
         self._dead_letter = dead_letter
         self._expired = expired
-        self._ready: SortedDict = SortedDict()          # (-priority, seq) -> QueuedMessage
+        self._ready = _ReadySet()                       # (-priority, seq) -> QueuedMessage
         self._expiry: SortedList = SortedList()         # (expires_at, key) of ready messages
         self._consumers: dict[Hashable, _Consumer] = {}
         self._rr: deque = deque()                       # consumer ids, next in turn first
@@ -146,6 +307,7 @@ class Queue:
         self.messages_expired = 0
         self.messages_killed = 0
         self.messages_purged = 0
+        self.messages_delivered = 0                     # deliveries handed out (redeliveries included)
 
     # ---------------------------------------------------------------- counters
 
@@ -174,14 +336,19 @@ class Queue:
 
     def _put(self, msg: QueuedMessage) -> None:
         key = (-msg.priority, msg.seq)
-        self._ready[key] = msg
+        self._ready.put(key, msg)
         if msg.expires_at is not None:
             self._expiry.add((msg.expires_at, key))
+        if msg.not_before is not None:
+            self._delayed.add((msg.not_before, key))
 
     def _take(self, key) -> QueuedMessage:
         msg = self._ready.pop(key)
         if msg.expires_at is not None:
             self._expiry.remove((msg.expires_at, key))
+        if msg.not_before is not None:
+            self._delayed.remove((msg.not_before, key))
+            msg.not_before = None
         return msg
 
     def _expire_one(self, msg: QueuedMessage) -> None:
@@ -288,25 +455,12 @@ class Queue:
         is skipped and stays for a later consumer."""
         out = []
         credit_left = sum(c.credit for c in self._consumers.values())
-        ready = self._ready
-        i = 0
-        while credit_left > 0 and i < len(ready):
-            key, msg = ready.peekitem(i)
-            if msg.expires_at is not None and now_ms >= msg.expires_at:
-                self._take(key)
-                self._expire_one(msg)
-                continue
-            c = self._pick(msg)
-            if c is None:
-                i += 1
-                continue
-            self._take(key)
-            token = next(self._token)
-            c.credit -= 1
-            credit_left -= 1
-            c.unacked[token] = msg
-            self._deliveries[token] = (c, msg)
-            out.append((c.id, token, msg))
+        if credit_left > 0 and self._ready.by_key:
+            for level in reversed(self._ready.levels):
+                if level:
+                    credit_left = self._deliver_level(level, now_ms, credit_left, out)
+                    if credit_left <= 0:
+                        break
         for c in self._consumers.values():
             if c.drain:
                 self._drained[c.id] = self._drained.get(c.id, 0) + c.credit
@@ -314,12 +468,44 @@ class Queue:
                 c.drain = False
         return out
 
+    def _deliver_level(self, level: deque, now_ms: int, credit_left: int, out: list) -> int:
+        """Hand out messages of one priority level in order; returns the credit left."""
+        i = 0
+        while credit_left > 0 and i < len(level):
+            msg = level[i]
+            if msg.expires_at is not None and now_ms >= msg.expires_at:
+                self._take((-msg.priority, msg.seq))
+                self._expire_one(msg)
+                continue
+            if msg.not_before is not None and now_ms < msg.not_before:
+                i += 1                     # redelivery delay not over: later messages may go first
+                continue
+            c = self._pick(msg)
+            if c is None:
+                i += 1
+                continue
+            if i == 0 and msg.expires_at is None and msg.not_before is None:
+                level.popleft()            # the common case: the head goes, no index to update
+                del self._ready.by_key[(-msg.priority, msg.seq)]
+            else:
+                self._take((-msg.priority, msg.seq))
+            token = next(self._token)
+            c.credit -= 1
+            credit_left -= 1
+            c.unacked[token] = msg
+            self._deliveries[token] = (c, msg)
+            out.append((c.id, token, msg))
+            self.messages_delivered += 1
+        return credit_left
+
     def _failed_attempt(self, msg: QueuedMessage) -> None:
         """Count one failed delivery attempt; back to the queue, or dead-lettered at the limit."""
         msg.delivery_count += 1
         if 0 < self.max_delivery_attempts <= msg.delivery_count:
             self._kill(msg, REASON_MAX_DELIVERY_ATTEMPTS)
         else:
+            if self.redelivery_delay > 0:
+                msg.not_before = self._clock() + self.redelivery_delay
             self._put(msg)
 
     def settle(self, delivery_token: int, outcome: str, *, delivery_failed: bool = False,
@@ -357,6 +543,21 @@ class Queue:
         :meth:`expire` next), or None."""
         return self._expiry[0][0] if self._expiry else None
 
+    def end_delays(self, now_ms: int) -> int:
+        """Clear the redelivery delay of every ready message whose delay is over; returns how many
+        (the broker then runs a delivery pass)."""
+        n = 0
+        delayed = self._delayed
+        while delayed and delayed[0][0] <= now_ms:
+            _, key = delayed.pop(0)
+            self._ready[key].not_before = None
+            n += 1
+        return n
+
+    def next_redelivery(self) -> int | None:
+        """The earliest time a redelivery-delayed ready message becomes deliverable, or None."""
+        return self._delayed[0][0] if self._delayed else None
+
     def expire(self, now_ms: int) -> int:
         """Expire every ready message whose time has come (``now_ms >= expires_at``); returns how many.
         Messages being delivered are left to their consumer's outcome."""
@@ -375,9 +576,23 @@ class Queue:
         gone = list(self._ready.values())
         self._ready.clear()
         self._expiry.clear()
+        self._delayed.clear()
         self.messages_purged += len(gone)
         return gone
 
     def purge(self) -> int:
         """Remove every ready message; returns how many (see :meth:`purge_messages`)."""
         return len(self.purge_messages())
+
+    def drop_all(self) -> list[QueuedMessage]:
+        """Forget every message, ready or being delivered (the queue is being deleted); returns them
+        for the broker to journal their removal. Consumers stay registered until they detach."""
+        gone = list(self._ready.values()) + [msg for _c, msg in self._deliveries.values()]
+        self._ready.clear()
+        self._expiry.clear()
+        self._delayed.clear()
+        for c in self._consumers.values():
+            c.unacked.clear()
+        self._deliveries.clear()
+        self.messages_purged += len(gone)
+        return gone

@@ -117,8 +117,14 @@ ADDRESS_SETTING_IGNORED = frozenset("""
 CORE_HANDLED = (
     "name", "persistence-enabled", "journal-directory", "journal-file-size",
     "journal-sync-transactional", "journal-sync-non-transactional", "acceptors",
-    "addresses", "address-settings", "broker-connections",
+    "addresses", "address-settings", "broker-connections", "flow-records",
 )
+
+#: <flow-records directory="..." sample="1.0" rotate-mb="64"/> (a tdbroker extension, not Artemis).
+FLOW_RECORDS_ATTRS = ("directory", "sample", "rotate-mb")
+DEFAULT_FLOW_SAMPLE = 1.0
+#: Segment size at which the recorder starts a new file.
+DEFAULT_FLOW_ROTATE_MB = 64
 
 #: Artemis <core> children that only tune Artemis internals, security or clustering:
 #: accepted and ignored with a warning so that a stock Artemis broker.xml loads.

@@ -1,5 +1,13 @@
 """``tdbench``: throughput, latency and CPU per message of one router hop, next to the same load direct.
 
+``tdbench --brokered`` measures the store-and-forward path instead: producer -> router -> tdbroker ->
+router -> consumer (a waypoint address served by a tdbroker attached as a ``<peer>``), durable and
+non-durable, with producer and consumer running at the same time; ``--rabbitmq start`` (a private node,
+see ``tests/system/rabbitmq.py``) or ``--rabbitmq URL`` drives RabbitMQ's AMQP 1.0 queue with the same
+client and load in the same run. Durable runs compare like with like: both brokers accept a durable
+message only after it is fsynced (tdbroker's journal with journal-sync-non-transactional true, RabbitMQ's
+confirms for persistent messages on a durable queue).
+
 It runs S senders -> router -> R receivers on one address in this one process (the lean raw-engine
 client of :mod:`tools.benchclient`), measures after a warm-up (the first 5% of messages), then runs the
 same load sender-to-receiver with no router and prints both with their ratio. By default it starts its
@@ -18,6 +26,7 @@ import os
 import pathlib
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,13 +37,73 @@ from urllib.parse import urlparse
 import click
 import trio
 
-from tools.benchclient import MessageTemplate, run_direct, run_via_peer
+from tools.benchclient import MessageTemplate, process_cpu_seconds, run_direct, run_via_peer
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 LISTENING_RE = re.compile(r"^tdrouterd: listening on (?P<host>.+):(?P<port>\d+) \(listener [^,]*, role (?P<role>[^)]*)\)")
 READY_RE = re.compile(r"^tdrouterd: ready \(router id (?P<id>.*)\)")
 ROUTER_START_SECONDS = 15.0
 WARMUP_FRACTION = 0.05
+
+BROKER_LISTENING_RE = re.compile(r"^tdbroker: listening on (?P<host>.+):(?P<port>\d+) \(acceptor")
+BROKERED_MESSAGES = 30000
+# The waypoint address of the brokered run, and the queue RabbitMQ declares (durable) for its run.
+BROKERED_ADDRESS = "queue"
+RABBIT_QUEUE = "/queue/tdbench-{kind}"   # RabbitMQ 3.10 AMQP 1.0: declares a durable queue on attach
+RABBIT_ADDRESS = "rq.{kind}"              # the router's waypoint address auto-linked to that queue
+
+# The router in front of RabbitMQ: the same waypoint flow, the broker side attached by the router's
+# auto-links (RabbitMQ has no Artemis-style <peer> connection).
+RABBIT_ROUTER_SECTION = """
+address {{
+    prefix: rq
+    waypoint: yes
+}}
+connector {{
+    name: rabbitmq
+    host: {host}
+    port: {port}
+    role: route-container
+    retryDelaySeconds: 0.2
+    linkCapacity: {capacity}
+}}
+"""
+RABBIT_AUTOLINK = """
+autoLink {{
+    address: {address}
+    direction: {direction}
+    connection: rabbitmq
+    externalAddress: {queue}
+}}
+"""
+
+# Brokered runs: the routers' linkCapacity (credit per link; Dispatch's default 250), the same for the
+# tdbroker and the RabbitMQ router. At 250 the router hands the broker's phase-1 sender credit back 25
+# at a time and that round trip, not any process's CPU, set the pace; 1000 is Artemis' default window.
+BROKERED_LINK_CAPACITY = 1000
+
+WAYPOINT_SECTION = """
+address {
+    prefix: queue
+    waypoint: yes
+}
+"""
+
+BROKER_XML = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <name>tdbench.broker</name>
+  <journal-directory>{journal}</journal-directory>
+  <journal-sync-non-transactional>true</journal-sync-non-transactional>
+  <acceptors><acceptor name="amqp">tcp://127.0.0.1:0?protocols=AMQP</acceptor></acceptors>
+  <addresses><address name="queue"><anycast><queue name="queue"/></anycast></address></addresses>
+  <broker-connections>
+    <amqp-connection uri="tcp://127.0.0.1:{port}" name="router" retry-interval="100">
+      <peer address-match="queue"/>
+    </amqp-connection>
+  </broker-connections>
+</core></configuration>
+"""
 
 DEFAULT_ROUTER_CONFIG = """\
 router {
@@ -145,6 +214,40 @@ class RouterProcess:
         return self.proc.pid if self.proc else None
 
 
+class BrokerProcess(RouterProcess):
+    """A tdbroker subprocess peered with the bench's router (journal in a temporary directory)."""
+
+    def __init__(self, router_port: int):
+        super().__init__(config_text="")
+        self.config_path = os.path.join(self.tmp.name, "broker.xml")
+        with open(self.config_path, "w") as f:
+            f.write(BROKER_XML.format(journal=os.path.join(self.tmp.name, "journal"), port=router_port))
+        self.stderr_path = os.path.join(self.tmp.name, "broker.stderr")
+
+    def start(self) -> "BrokerProcess":
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker.daemon", "-c", self.config_path],
+                                     cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self._stderr)
+        deadline = time.monotonic() + ROUTER_START_SECONDS
+        for raw_line in self.proc.stdout:
+            text = raw_line.decode("utf-8", "replace")
+            m = BROKER_LISTENING_RE.match(text)
+            if m and self.port is None:
+                self.port = int(m["port"])
+            if text.strip() == "tdbroker: ready":
+                return self
+            if time.monotonic() > deadline:
+                break
+        self._fail("did not report ready")
+
+    def _fail(self, why: str):
+        self.stop()
+        raise BenchError(f"tdbroker {why}\n--- stderr ---\n{self.stderr_tail()}")
+
+
 def parse_router_url(url: str) -> tuple[str, int]:
     """``amqp://127.0.0.1:5672``, ``127.0.0.1:5672`` or ``localhost:5672`` -> (host, port); local only."""
     u = urlparse(url if "://" in url else f"amqp://{url}")
@@ -220,6 +323,119 @@ def run_bench(*, senders: int = 1, receivers: int = 1, messages: int = 200000, s
     return report
 
 
+async def _brokered_loads(targets: list, opts: dict) -> dict:
+    """Run each ``(label, host, port, target, source, durable, pids)`` load in turn."""
+    out = {}
+    for label, host, port, target, source, durable, pids in targets:
+        cpu0 = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+        deadline = trio.current_time() + opts["duration_limit"]
+        r = await run_via_peer(host, port, senders=opts["senders"], receivers=opts["receivers"],
+                               messages=opts["messages"], size=opts["size"], presettled=False,
+                               window=opts["window"], address=target, source_address=source,
+                               warmup=int(opts["messages"] * WARMUP_FRACTION), deadline=deadline,
+                               router_pid=pids.get("router"), durable=durable)
+        # Whole-run CPU of the broker (warm-up included) per message: coarse, but the same for each load.
+        for name, pid in pids.items():
+            c1 = process_cpu_seconds(pid)
+            if name != "router" and cpu0[name] is not None and c1 is not None:
+                r[f"{name}_cpu_us_per_msg"] = round((c1 - cpu0[name]) * 1e6 / max(1, opts["messages"]), 1)
+        out[label] = r
+    return out
+
+
+def brokered_router_config() -> str:
+    """The bench router's configuration with the brokered runs' linkCapacity on its listener."""
+    return DEFAULT_ROUTER_CONFIG.replace("    saslMechanisms: ANONYMOUS\n",
+                                         f"    saslMechanisms: ANONYMOUS\n    linkCapacity: {BROKERED_LINK_CAPACITY}\n")
+
+
+def run_brokered(*, messages: int = BROKERED_MESSAGES, size: int = 100, window: int = 1000, senders: int = 1,
+                 receivers: int = 1, rabbitmq: str | None = None, durable_only: bool = False,
+                 direct: bool = True, duration_limit: float = 300.0) -> dict:
+    """producer -> router -> tdbroker -> router -> consumer, durable and non-durable; with ``rabbitmq``
+    ("start" or a URL) the same loads through a router auto-linked to RabbitMQ's AMQP 1.0 queue. With
+    ``direct`` also each broker with the clients connected to it directly (no router). Returns the
+    report dict."""
+    opts = dict(messages=messages, size=size, window=window, senders=senders, receivers=receivers,
+                duration_limit=duration_limit)
+    kinds = [("durable", True)] if durable_only else [("durable", True), ("non-durable", False)]
+    report: dict = {"kind": "brokered", "messages": messages, "size": size, "window": window,
+                    "senders": senders, "receivers": receivers, "loads": {}}
+    router = broker = node = rrouter = None
+    try:
+        router = RouterProcess(brokered_router_config() + WAYPOINT_SECTION).start()
+        broker = BrokerProcess(router.port).start()
+        pids = {"router": router.pid, "broker": broker.pid}
+        targets = [(f"tdbroker {k}", "127.0.0.1", router.port, BROKERED_ADDRESS, None, d, pids) for k, d in kinds]
+        if direct:
+            targets += [(f"tdbroker {k} direct", "127.0.0.1", broker.port, f"direct.{k}", None, d,
+                         {"broker": broker.pid}) for k, d in kinds]
+        if rabbitmq:
+            if rabbitmq == "start":
+                from tests.system.rabbitmq import RabbitNode, missing_reason
+
+                why = missing_reason()
+                if why:
+                    raise BenchError(f"--rabbitmq start: {why} (run .ci/install-rabbitmq)")
+                node = RabbitNode(tempfile.mkdtemp(prefix="tdbench-rabbitmq-")).start()
+                rhost, rport = "127.0.0.1", node.port
+            else:
+                rhost, rport = parse_router_url(rabbitmq)
+            report["rabbitmq_url"] = f"amqp://{rhost}:{rport}"
+            conf = brokered_router_config() + RABBIT_ROUTER_SECTION.format(host=rhost, port=rport,
+                                                                           capacity=BROKERED_LINK_CAPACITY)
+            for k, _d in kinds:
+                for direction in ("in", "out"):
+                    conf += RABBIT_AUTOLINK.format(address=RABBIT_ADDRESS.format(kind=k), direction=direction,
+                                                   queue=RABBIT_QUEUE.format(kind=k))
+            rrouter = RouterProcess(conf).start()
+            for k, d in kinds:
+                targets.append((f"rabbitmq {k}", "127.0.0.1", rrouter.port, RABBIT_ADDRESS.format(kind=k), None, d,
+                                {"router": rrouter.pid}))
+            if direct:
+                for k, d in kinds:
+                    q = RABBIT_QUEUE.format(kind=k) + "-direct"
+                    targets.append((f"rabbitmq {k} direct", rhost, rport, q, q, d, {}))
+        report["loads"] = trio.run(_brokered_loads, targets, opts)
+    finally:
+        for p in (broker, router, rrouter):
+            if p is not None:
+                p.stop()
+        if node is not None:
+            node.stop()
+            shutil.rmtree(node.dir, ignore_errors=True)
+    problems = []
+    for label, r in report["loads"].items():
+        problems += [f"{label}: {e}" for e in r["errors"]]
+        if r["received"] != messages or r["accepted"] != messages:
+            problems.append(f"{label}: sent {r['sent']}, received {r['received']}, accepted {r['accepted']} "
+                            f"of {messages}")
+    loads = report["loads"]
+    for suffix in ("", " direct"):
+        td, rq = loads.get(f"tdbroker durable{suffix}"), loads.get(f"rabbitmq durable{suffix}")
+        if td and rq and rq["msgs_per_s"]:
+            report[f"durable_ratio{suffix.replace(' ', '_')}"] = round(td["msgs_per_s"] / rq["msgs_per_s"], 2)
+    report["problems"] = problems
+    report["ok"] = not problems
+    return report
+
+
+def format_brokered(rep: dict) -> str:
+    lines = [f"tdbench --brokered: {rep['senders']} -> {rep['receivers']}, {rep['messages']} x {rep['size']} B, "
+             f"at-least-once, window {rep['window']}; producer and consumer run together",
+             f"{'':24}{'msgs/s':>9}{'p50 us':>10}{'p99 us':>10}{'router us/msg':>15}{'broker us/msg':>15}"]
+    for label, x in rep["loads"].items():
+        lines.append(f"{label:24}{_fmt(x['msgs_per_s'], 9)}{_fmt(x['p50_us'], 10)}{_fmt(x['p99_us'], 10)}"
+                     f"{_fmt(x['router_cpu_us_per_msg'], 15, 1)}{_fmt(x.get('broker_cpu_us_per_msg'), 15, 1)}")
+    if "durable_ratio" in rep:
+        lines.append(f"durable ratio tdbroker / rabbitmq, both via a router: {rep['durable_ratio']:.2f}")
+    if "durable_ratio_direct" in rep:
+        lines.append(f"durable ratio tdbroker / rabbitmq, clients on the broker: {rep['durable_ratio_direct']:.2f}")
+    for p in rep["problems"]:
+        lines.append(f"FAILED: {p}")
+    return "\n".join(lines)
+
+
 def _fmt(v, width: int, digits: int = 0) -> str:
     if v is None:
         return "-".rjust(width)
@@ -276,12 +492,32 @@ def format_report(rep: dict) -> str:
               help="Also run the same load sender-to-receiver without a router.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--duration-limit", default=120.0, show_default=True, type=click.FloatRange(1),
-              help="Stop the whole run after this many seconds.")
+              help="Stop the whole run after this many seconds (each load, with --brokered).")
+@click.option("--brokered", is_flag=True,
+              help=f"producer -> router -> tdbroker -> router -> consumer, durable and not "
+                   f"(default {BROKERED_MESSAGES} messages).")
+@click.option("--rabbitmq", metavar="start|URL",
+              help="With --brokered: the same loads against RabbitMQ's AMQP 1.0 queue ('start': a private node).")
+@click.option("--durable-only", is_flag=True, help="With --brokered: only the durable loads.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
-         direct, as_json, duration_limit) -> None:
+         direct, as_json, duration_limit, brokered, rabbitmq, durable_only) -> None:
     """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run."""
     if router_config and router_url:
         raise click.UsageError("give --router-config or --router, not both")
+    if rabbitmq and not brokered:
+        raise click.UsageError("--rabbitmq goes with --brokered")
+    if brokered:
+        n = messages if click.get_current_context().get_parameter_source("messages").name != "DEFAULT" \
+            else BROKERED_MESSAGES
+        try:
+            rep = run_brokered(messages=n, size=size, window=window, senders=senders, receivers=receivers,
+                               rabbitmq=rabbitmq, durable_only=durable_only, direct=direct,
+                               duration_limit=duration_limit)
+        except BenchError as exc:
+            click.echo(f"tdbench: {exc}", err=True)
+            sys.exit(2)
+        click.echo(json.dumps(rep) if as_json else format_brokered(rep))
+        sys.exit(0 if rep["ok"] else 1)
     try:
         rep = run_bench(senders=senders, receivers=receivers, messages=messages, size=size, presettled=presettled,
                         window=window, address=address, router_config=router_config, router=router_url,

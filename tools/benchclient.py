@@ -80,12 +80,13 @@ class MessageTemplate:
     ``size`` bytes before the end of the message whatever a router adds in front of the body.
     """
 
-    def __init__(self, size: int, address: str | None = None):
+    def __init__(self, size: int, address: str | None = None, *, durable: bool = False):
         if size < TIMESTAMP_BYTES:
             raise ValueError(f"message size must be at least {TIMESTAMP_BYTES} bytes (the timestamp)")
         self.size = size
         body = bytes(TIMESTAMP_BYTES) + b"\xa5" * (size - TIMESTAMP_BYTES)
-        msg = encode_message(body=body, to=address)
+        # durable: a header with durable=true, which brokers store (and fsync) before accepting.
+        msg = encode_message(body=body, to=address, durable=durable)
         off = len(msg) - size
         assert msg[off:] == body and message_body_bytes(msg) == body
         self.head = msg[:off]
@@ -517,10 +518,13 @@ def _quiet_close(record: logging.LogRecord) -> bool:
 
 async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, messages: int, size: int,
                        presettled: bool, window: int, address: str, warmup: int, deadline: float,
-                       router_pid: int | None = None) -> dict:
-    """S senders and R receivers on separate connections to a router at host:port, one address."""
+                       router_pid: int | None = None, durable: bool = False,
+                       source_address: str | None = None) -> dict:
+    """S senders and R receivers on separate connections to a router (or broker) at host:port, one
+    address (``source_address``, when given, is the receivers' address: RabbitMQ names one queue
+    differently for its senders and receivers)."""
     run = LoadRun(messages, warmup, size, presettled, router_pid)
-    template = MessageTemplate(size)
+    template = MessageTemplate(size, durable=durable)
     handler = BenchHandler(run, may_split=template.encoded_size > MAX_UNSPLIT)
     conns = _Connections()
     pid = os.getpid()
@@ -530,7 +534,7 @@ async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, me
             # Receivers first, so the address has a destination when the senders attach.
             for i in range(receivers):
                 e = await conns.open(host, port, handler, f"tdbench-{pid}-rx{i}", nursery)
-                rcv = attach_receiver(e, f"tdbench-rx{i}", address, presettled, RECEIVER_CREDIT)
+                rcv = attach_receiver(e, f"tdbench-rx{i}", source_address or address, presettled, RECEIVER_CREDIT)
                 handler.rx[rcv._impl] = Receiver(rcv._impl, rcv, RECEIVER_CREDIT_BATCH)
                 e.wake()
             for i, count in enumerate(split(messages, senders)):

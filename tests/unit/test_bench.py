@@ -92,6 +92,34 @@ def test_a_run_that_cannot_deliver_fails(tmp_path):
     assert "amqp:not-found" in proc.stdout
 
 
+@pytest.mark.system
+def test_brokered_cli_runs_durable_and_non_durable_through_a_real_broker():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "--brokered", "--messages", "1000", "--json", "--duration-limit", "60"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["ok"] and set(rep["loads"]) == {"tdbroker durable", "tdbroker non-durable",
+                                                "tdbroker durable direct", "tdbroker non-durable direct"}
+    for r in rep["loads"].values():
+        assert r["received"] == r["accepted"] == 1000 and r["msgs_per_s"] > 0
+        assert r["broker_cpu_us_per_msg"] is not None and r["broker_cpu_us_per_msg"] > 0
+
+
+def test_durable_template_has_a_durable_header():
+    from wire.header import read_header
+
+    assert read_header(MessageTemplate(50, durable=True).encode(1)).durable is True
+    assert read_header(MessageTemplate(50).encode(1)).durable is False
+
+
+def test_rabbitmq_needs_brokered():
+    proc = subprocess.run([sys.executable, "-m", "tools.bench", "--rabbitmq", "start"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--brokered" in proc.stderr
+
+
 # -- pure helpers (no processes) ---------------------------------------------------------------------
 
 

@@ -538,3 +538,24 @@ def test_stock_artemis_style_file_loads_with_warnings():
     assert mgmt.auto_delete_queues is False       # unset there: inherited from '#', not the default
     assert any("<security-settings> is accepted but ignored" in w for w in cfg.warnings)
     assert all(": warning: " in w for w in cfg.warnings)
+
+
+def test_flow_records_element():
+    cfg = parse_broker_config(core('<flow-records directory="/tmp/fr" sample="0.25" rotate-mb="8"/>'), PATH)
+    fr = cfg.flow_records
+    assert (fr.directory, fr.sample, fr.rotate_mb, fr.line) == ("/tmp/fr", 0.25, 8, 5)
+    assert parse_broker_config(core("<name>x</name>"), PATH).flow_records is None
+    dflt = parse_broker_config(core('<flow-records directory="d"/>'), PATH).flow_records
+    assert (dflt.sample, dflt.rotate_mb) == (1.0, 64)
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ('sample="0.5"', "needs a directory"),
+    ('directory="d" sample="2"', "sample must be in (0, 1]"),
+    ('directory="d" sample="lots"', "sample must be a number"),
+    ('directory="d" rotate-mb="0"', "rotate-mb must be positive"),
+    ('directory="d" rotate="1"', "unknown attribute rotate"),
+])
+def test_flow_records_errors(attrs, message):
+    err = error_of(core(f"<flow-records {attrs}/>"))
+    assert err.line == 5 and message in str(err)

@@ -1,0 +1,350 @@
+"""tdbroker's address model: queues, the addresses they are bound to, routing types, subscriptions.
+
+A mixin of :class:`broker.server.Broker` (kept apart so that the endpoint module stays about links and
+deliveries). Artemis' model, reduced to what tdbroker implements:
+
+* an **address** has routing types (anycast, multicast or both) and queues bound to it;
+* an **anycast** address delivers each message to one queue (tdbroker: the first queue bound to it), a
+  **multicast** address copies each message to every multicast queue bound to it (a queue per
+  subscriber). A client link uses multicast when the address only has the multicast routing type or
+  when its terminus carries the capability ``topic`` / ``multicast`` (as Artemis' AMQP protocol manager
+  reads them); anything else is anycast, and auto-created addresses are anycast unless the client asked
+  for multicast (tdbroker's choice: the waypoint use case wants a queue);
+* a consumer on a multicast address gets its own **subscription queue**: ``<address>.<random>``, deleted
+  when the link goes; or, when its source is durable (terminus-durable not none, or expiry-policy
+  never), the durable ``<container-id>.<link-name>`` (Artemis' AMQP subscription naming), kept when the
+  link is detached or the connection drops, deleted when the link is closed;
+* a **temporary queue** backs each dynamic source (``temp.<random>``), deleted with its link.
+
+Queues created after start (auto-created, by management, durable subscriptions) are written to a small
+bindings file beside the journal (``bindings.json``, replaced atomically) so that a restart binds them to
+the right address and routing type again; the journal itself knows only queue names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+
+import proton
+import trio
+
+from broker.queue import Queue, QueuedMessage
+
+log = logging.getLogger("broker.addressing")
+
+ANYCAST, MULTICAST = "anycast", "multicast"
+ROUTING_TYPES = (ANYCAST, MULTICAST)
+# Terminus capabilities that ask for multicast (Artemis reads "topic"; "multicast" is its routing-type name).
+MULTICAST_CAPABILITIES = frozenset({"topic", "multicast"})
+ANYCAST_CAPABILITIES = frozenset({"queue", "anycast"})
+TEMP_PREFIX = "temp."
+BINDINGS_FILE = "bindings.json"
+# Artemis' AMQP durable subscription name is "<container-id>.<link-name>"; a queue name has to stay
+# below the journal's record limit, and an endless name is no use in management either.
+MAX_QUEUE_NAME = 1024
+
+
+class QueueInfo:
+    """What the broker knows about a queue besides its messages: binding, routing type, life cycle."""
+
+    __slots__ = ("name", "address", "routing_type", "durable", "temporary", "expiry_delay")
+
+    def __init__(self, name: str, address: str, routing_type: str, durable: bool, temporary: bool,
+                 expiry_delay: int):
+        self.name = name
+        self.address = address
+        self.routing_type = routing_type
+        self.durable = durable            # False: messages stay in memory whatever their header says
+        self.temporary = temporary        # dynamic source / non-durable subscription: gone with its link
+        self.expiry_delay = expiry_delay  # address-settings expiry-delay (ms; <= 0: none)
+
+
+class AddressModel:
+    """Mixin: the queue and address tables of a Broker (see the module docstring)."""
+
+    def _init_addressing(self) -> None:
+        self.queues: dict[str, Queue] = {}
+        self.queue_info: dict[str, QueueInfo] = {}
+        self.addresses: dict[str, set] = {}           # address -> routing types
+        self._queue_listeners: list = []              # callables(queue name) for queues created later
+        self._bindings_dirty = False
+        for a in self.cfg.addresses:
+            self.addresses[a.name] = set(a.routing_types)
+        for q in self.cfg.queues():
+            self._create_queue(q.name, q.address, routing_type=q.routing_type, durable=q.durable,
+                               configured=True)
+
+    @property
+    def queue_address(self) -> dict[str, str]:
+        """``{queue name: address}`` in creation order (broker connections match on it)."""
+        return {n: i.address for n, i in self.queue_info.items()}
+
+    # -- creation and removal -------------------------------------------------------------------------
+    def _create_queue(self, name: str, address: str, *, routing_type: str = ANYCAST, durable: bool = True,
+                      temporary: bool = False, configured: bool = False, notify: bool = True) -> Queue:
+        settings = self.cfg.settings_for(address)
+        dla, exa = settings.dead_letter_address, settings.expiry_address
+        q = Queue(name, max_delivery_attempts=settings.max_delivery_attempts,
+                  dead_letter=lambda msg, reason, n=name: self._move(msg, n, dla, expired=False),
+                  expired=lambda msg, n=name: self._move(msg, n, exa, expired=True),
+                  redelivery_delay=max(0, settings.redelivery_delay or 0), clock=self.clock)
+        self.queues[name] = q
+        self.queue_info[name] = QueueInfo(name, address, routing_type, durable, temporary,
+                                          settings.expiry_delay or -1)
+        self.addresses.setdefault(address, set()).add(routing_type)
+        if not configured and not temporary and durable:
+            self._bindings_dirty = True
+        if notify and not temporary:
+            for listener in list(self._queue_listeners):
+                try:
+                    listener(name)
+                except Exception:  # a broker connection's bug must not stop queue creation
+                    log.exception("queue listener failed for %s", name)
+        return q
+
+    def _remove_queue(self, name: str, reason: str) -> int:
+        """Forget a queue: detach the links bound to it, journal the removal of its durable messages.
+        Returns how many messages it held."""
+        q = self.queues.pop(name)
+        info = self.queue_info.pop(name)
+        for bc in list(self.connections):
+            for lp, bl in list(bc.links.items()):
+                if bl.queue is q:
+                    self._unbind(bl, failed=False)
+                    if not bl.engine.finished:
+                        bl.engine.close_link(lp, "amqp:resource-deleted", f"queue {name} {reason}")
+        gone = q.drop_all()
+        if self.journal is not None:
+            for msg in gone:
+                if msg.record_id is not None:
+                    self.journal.append_ack(msg.record_id)
+                    msg.record_id = None
+        self._dirty.discard(q)
+        if not any(i.address == info.address for i in self.queue_info.values()) and \
+                self.cfg.address(info.address) is None:
+            self.addresses.pop(info.address, None)
+        elif info.address in self.addresses and not any(
+                i.address == info.address and i.routing_type == info.routing_type
+                for i in self.queue_info.values()):
+            cfg_addr = self.cfg.address(info.address)
+            if cfg_addr is None or info.routing_type not in cfg_addr.routing_types:
+                self.addresses[info.address].discard(info.routing_type)
+        if not info.temporary and info.durable:
+            self._bindings_dirty = True
+        log.info("queue %s %s (%d messages dropped)", name, reason, len(gone))
+        return len(gone)
+
+    # -- lookup -----------------------------------------------------------------------------------------
+    def routing_type_for(self, address: str, capabilities=()) -> str:
+        """The routing type a client link to ``address`` uses (see the module docstring)."""
+        caps = {str(c) for c in capabilities}
+        types = self.addresses.get(address)
+        if caps & MULTICAST_CAPABILITIES and (types is None or MULTICAST in types):
+            return MULTICAST
+        if caps & ANYCAST_CAPABILITIES:
+            return ANYCAST
+        if types == {MULTICAST}:
+            return MULTICAST
+        return ANYCAST
+
+    def multicast_queues(self, address: str) -> list[Queue]:
+        """Every multicast queue bound to ``address`` (the copies a message sent there makes)."""
+        return [self.queues[n] for n, i in self.queue_info.items()
+                if i.address == address and i.routing_type == MULTICAST]
+
+    def lookup_queue(self, address: str) -> Queue | None:
+        """The queue a link names: a queue name, ``address::queue`` (FQQN), or an address with anycast
+        queues (its first one); else auto-created (anycast) when the settings allow."""
+        if "::" in address:
+            return self.queues.get(address.split("::", 1)[1])
+        q = self.queues.get(address)
+        if q is None:
+            name = next((n for n, i in self.queue_info.items()
+                         if i.address == address and i.routing_type == ANYCAST), None)
+            if name is not None:
+                return self.queues[name]
+        if q is None and self.cfg.settings_for(address).auto_create_queues and len(address) <= MAX_QUEUE_NAME:
+            q = self._create_queue(address, address)
+            log.info("auto-created queue %s", address)
+        return q
+
+    def subscription_queue(self, address: str, *, durable_name: str | None) -> Queue:
+        """A consumer's queue on a multicast address: the durable subscription ``durable_name`` (created
+        or re-used), or a new temporary one."""
+        if durable_name is not None:
+            q = self.queues.get(durable_name)
+            if q is not None:
+                if self.queue_info[durable_name].address != address:
+                    raise ValueError(f"subscription {durable_name} is bound to "
+                                     f"{self.queue_info[durable_name].address}, not {address}")
+                return q
+            q = self._create_queue(durable_name, address, routing_type=MULTICAST, notify=False)
+            log.info("durable subscription %s on %s created", durable_name, address)
+            return q
+        name = f"{address}.{uuid.uuid4().hex[:12]}"
+        return self._create_queue(name, address, routing_type=MULTICAST, durable=False, temporary=True)
+
+    def temporary_queue(self) -> Queue:
+        """A queue for a dynamic source (request/reply); its name is its address."""
+        name = f"{TEMP_PREFIX}{uuid.uuid4()}"
+        return self._create_queue(name, name, durable=False, temporary=True)
+
+    # -- dead letters and expiry -------------------------------------------------------------------------
+    def _target_queue(self, address: str) -> Queue:
+        """The queue of a dead-letter / expiry address, created when missing (whatever auto-create says)."""
+        if "::" in address:
+            qn = address.split("::", 1)[1]
+            return self.queues.get(qn) or self._create_queue(qn, address.split("::", 1)[0])
+        q = self.queues.get(address)
+        if q is None:
+            name = next((n for n, i in self.queue_info.items() if i.address == address), None)
+            if name is not None:
+                return self.queues[name]
+            q = self._create_queue(address, address)
+            log.info("created queue %s", address)
+        return q
+
+    def _move(self, msg: QueuedMessage, source: str, address: str | None, *, expired: bool) -> None:
+        """A message left queue ``source`` dead-lettered or expired: move it to ``address``'s queue, or
+        drop it when there is none (or it is the queue it left). The queue has already forgotten it.
+        The old record is acknowledged and ``msg.record_id`` cleared, so that nobody journals an update
+        for a message that has gone."""
+        journal = self.journal
+        target = self._target_queue(address) if address else None
+        if target is None or target.name == source:
+            self.messages_dropped += 1
+            if msg.record_id is not None and journal is not None:
+                journal.append_ack(msg.record_id)
+                msg.record_id = None
+            return
+        payload = annotate_moved(msg.payload, address=self.queue_info[source].address if source in
+                                 self.queue_info else source, queue=source,
+                                 expired_at=self.clock() if expired else None)
+        moved = QueuedMessage(payload, priority=msg.priority, expires_at=None,
+                              delivery_count=msg.delivery_count, durable=msg.durable, enqueued_at=self.clock())
+        if msg.record_id is not None and journal is not None:
+            if self.queue_info[target.name].durable:
+                moved.record_id = journal.append_message(target.name, payload,
+                                                         delivery_count=msg.delivery_count)
+            journal.append_ack(msg.record_id)
+            msg.record_id = None
+        target.enqueue(moved)
+        self._dirty.add(target)
+        if expired:
+            self.messages_moved_expired += 1
+        else:
+            self.messages_dead_lettered += 1
+        log.debug("%s message moved from %s to %s", "expired" if expired else "dead-lettered", source,
+                  target.name)
+
+    # -- the bindings file -----------------------------------------------------------------------------------
+    def bindings_path(self) -> str | None:
+        if not self.cfg.persistence_enabled:
+            return None
+        return os.path.join(self.cfg.journal_directory, BINDINGS_FILE)
+
+    def load_bindings(self) -> int:
+        """Re-create the durable queues created after a previous start (before journal recovery)."""
+        path = self.bindings_path()
+        if path is None or not os.path.exists(path):
+            return 0
+        try:
+            with open(path, encoding="utf-8") as f:
+                entries = json.load(f)
+        except (OSError, ValueError) as exc:
+            log.error("%s: unreadable (%s); queues created at run time come back bound to their own name",
+                      path, exc)
+            return 0
+        n = 0
+        for e in entries if isinstance(entries, list) else []:
+            try:
+                name, address, rt = str(e["name"]), str(e["address"]), str(e["routingType"])
+            except (KeyError, TypeError):
+                continue
+            if name in self.queues or rt not in ROUTING_TYPES:
+                continue
+            self._create_queue(name, address, routing_type=rt, notify=False)
+            n += 1
+        self._bindings_dirty = False
+        return n
+
+    def bindings_snapshot(self) -> list[dict]:
+        """The queues the bindings file must hold: durable, not configured, not temporary."""
+        configured = {q.name for q in self.cfg.queues()}
+        return [{"name": i.name, "address": i.address, "routingType": i.routing_type}
+                for i in self.queue_info.values()
+                if i.durable and not i.temporary and i.name not in configured]
+
+    async def bindings_loop(self) -> None:
+        """Write the bindings file (in a thread) whenever the queue table changed."""
+        self._bindings_wakeup = trio.Event()
+        if self._bindings_dirty:
+            self._bindings_wakeup.set()
+        while True:
+            await self._bindings_wakeup.wait()
+            self._bindings_wakeup = trio.Event()
+            snapshot = self.take_bindings()
+            if snapshot is None:
+                continue
+            path = self.bindings_path()
+            try:
+                await trio.to_thread.run_sync(write_bindings, path, snapshot)
+            except OSError as exc:  # the broker keeps running; a restart may rebind by name only
+                log.error("%s: cannot write bindings: %s", path, exc)
+
+    def take_bindings(self) -> list[dict] | None:
+        """The snapshot to write when the table changed since the last call, else None."""
+        if not self._bindings_dirty or self.bindings_path() is None:
+            return None
+        self._bindings_dirty = False
+        return self.bindings_snapshot()
+
+
+# Annotations Artemis puts on a message it moves to a dead-letter or expiry address.
+ORIG_ADDRESS = proton.symbol("x-opt-ORIG-ADDRESS")
+ORIG_QUEUE = proton.symbol("x-opt-ORIG-QUEUE")
+ORIG_MESSAGE_ID = proton.symbol("x-opt-ORIG-MESSAGE-ID")
+ACTUAL_EXPIRY = proton.symbol("x-opt-ACTUAL-EXPIRY")
+
+
+def annotate_moved(payload: bytes, *, address: str, queue: str, expired_at: int | None) -> bytes:
+    """The message as it goes to a dead-letter / expiry address: Artemis' ORIG annotations added (and,
+    when it expired, its ttl and absolute-expiry-time removed, with ACTUAL-EXPIRY recording when).
+
+    A cold path (dead letters are rare), so the message is decoded and encoded with proton; one that
+    proton cannot decode moves unchanged."""
+    try:
+        m = proton.Message()
+        m.decode(payload)
+        ann = dict(m.annotations or {})
+        ann[ORIG_ADDRESS] = address
+        ann[ORIG_QUEUE] = queue
+        if m.id is not None:
+            ann[ORIG_MESSAGE_ID] = m.id
+        if expired_at is not None:
+            ann[ACTUAL_EXPIRY] = proton.timestamp(expired_at)
+            m.ttl = 0
+            m.expiry_time = 0
+        m.annotations = ann
+        return bytes(m.encode())
+    except Exception:  # not decodable by proton: move it as it is
+        log.debug("dead-letter / expiry annotations skipped for an undecodable message")
+        return payload
+
+
+def write_bindings(path: str, entries: list[dict]) -> None:
+    """BLOCKING (run in a thread): replace the bindings file atomically and durably."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(entries, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

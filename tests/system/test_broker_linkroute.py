@@ -1,0 +1,201 @@
+"""Link routes and auto-links from a real router to a real tdbroker acting as route-container, including
+a broker restart under a link-routed consumer: the client sees the detach (``qd:routed-link-lost``),
+reattaches on the same connection and receives what is sent after the broker is back.
+
+The helpers (router sections, the retrying clients) are shared with the RabbitMQ tests
+(``test_rabbitmq_routes.py``), which run the same flows against a broker nobody here wrote."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from proton import Message
+
+from tests.system.clients import Consumer, Producer
+from tests.system.harness import free_port
+from tests.system.test_brokered import BrokerProcess
+
+pytestmark = pytest.mark.system
+
+TIMEOUT = 30
+# How long a reattaching client waits before trying again after a detach or a refusal.
+REATTACH_DELAY = 0.3
+
+LINK_ROUTES = """\
+connector {{
+    name: my-broker
+    host: 127.0.0.1
+    port: {port}
+    role: route-container
+    retryDelaySeconds: 0.2
+}}
+linkRoute {{
+    prefix: test
+    direction: in
+    connection: my-broker
+}}
+linkRoute {{
+    prefix: test
+    direction: out
+    connection: my-broker
+}}
+"""
+
+AUTO_LINKS = """\
+address {{
+    prefix: {address}
+    waypoint: yes
+}}
+connector {{
+    name: my-broker
+    host: 127.0.0.1
+    port: {port}
+    role: route-container
+    retryDelaySeconds: 0.2
+}}
+autoLink {{
+    address: {address}
+    direction: out
+    connection: my-broker
+}}
+autoLink {{
+    address: {address}
+    direction: in
+    connection: my-broker
+}}
+"""
+
+BROKER_XML = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <name>lr-broker</name>
+  <journal-directory>{journal}</journal-directory>
+  <acceptors><acceptor name="amqp">tcp://127.0.0.1:{port}?protocols=AMQP</acceptor></acceptors>
+</core></configuration>
+"""
+
+
+class ReattachingConsumer(Consumer):
+    """A consumer that, whenever its link is detached or refused, attaches a new link on the same
+    connection after :data:`REATTACH_DELAY` (what a resilient application does)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self._seq = itertools.count(1)
+        self.attaches = 0  # successful attaches (a refusal attaches with a null source)
+
+    def _open_links(self, container, conn) -> None:
+        self.receiver = container.create_receiver(conn, self.address, name=f"{self.name}-rx{next(self._seq)}")
+        self.receiver.flow(self.credit)
+
+    def on_link_opened(self, event) -> None:
+        super().on_link_opened(event)
+        if event.link == self.receiver and event.link.remote_source is not None \
+                and event.link.remote_source.address:
+            with self._cond:
+                self.attaches += 1
+                self._cond.notify_all()
+
+    def on_link_remote_close(self, event) -> None:
+        super().on_link_remote_close(event)
+        if event.link != self.receiver or self._closing:
+            return
+        event.link.close()
+        container, conn = event.container, self.conn
+
+        class _Again:
+            def on_timer_task(_self, _event):
+                if not self._closing:
+                    self._open_links(container, conn)
+
+        container.schedule(REATTACH_DELAY, _Again())
+
+
+def attach_when_routed(make, timeout: float = TIMEOUT):
+    """Start clients from ``make()`` until one attaches without ``qd:no-route-to-dest`` (the router's
+    connector to the container may still be coming up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        client = make().start(wait=False)
+        client.wait_ready(timeout)
+        if not client.link_errors:
+            return client
+        client.close()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never routed: {client.link_errors}")
+        time.sleep(REATTACH_DELAY)
+
+
+def send_all(url: str, address: str, ids: list, *, durable: bool = True) -> Producer:
+    msgs = [Message(id=i, body=f"m{i}", durable=durable) for i in ids]
+    p = attach_when_routed(lambda: Producer(url, address, count=len(msgs), message_fn=lambda k: msgs[k]))
+    try:
+        p.wait(TIMEOUT)
+        assert p.outcomes == {"accepted": len(msgs)}, p.outcomes
+    finally:
+        p.close()
+    return p
+
+
+def receive_all(url: str, address: str, n: int) -> list:
+    c = attach_when_routed(lambda: Consumer(url, address, count=n, credit=50))
+    try:
+        c.wait(TIMEOUT)
+        return [m.id for m in c.messages]
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def tdbroker(tmp_path):
+    """``start()`` -> a tdbroker on a fixed free port (so the router's connector finds it again)."""
+    port = free_port()
+    conf = tmp_path / "lr-broker.xml"
+    conf.write_text(BROKER_XML.format(journal=tmp_path / "lr-journal", port=port))
+    procs: list[BrokerProcess] = []
+
+    def start() -> BrokerProcess:
+        b = BrokerProcess(conf, tmp_path).start()
+        procs.append(b)
+        return b
+
+    start.port = port
+    yield start
+    for b in procs:
+        assert b.stop() == 0, b.stderr_text()
+
+
+def test_link_routed_send_and_receive_to_a_broker_queue(router_factory, tdbroker):
+    tdbroker()
+    router = router_factory(LINK_ROUTES.format(port=tdbroker.port))
+    send_all(router.url, "test.orders", list(range(25)))
+    assert receive_all(router.url, "test.orders", 25) == list(range(25))
+
+
+def test_link_routed_consumer_reattaches_after_broker_restart(router_factory, tdbroker):
+    broker = tdbroker()
+    router = router_factory(LINK_ROUTES.format(port=tdbroker.port))
+    consumer = attach_when_routed(lambda: ReattachingConsumer(router.url, "test.orders", credit=50))
+    try:
+        send_all(router.url, "test.orders", list(range(10)))
+        consumer.wait(TIMEOUT, count=10)
+        assert broker.stop() == 0
+        consumer.wait_for(lambda: any(c == "qd:routed-link-lost" for c, _ in consumer.link_errors),
+                          TIMEOUT, "the routed link to be lost")
+        tdbroker()
+        consumer.wait_for(lambda: consumer.attaches >= 2, TIMEOUT, "the consumer to reattach")
+        send_all(router.url, "test.orders", list(range(10, 20)))
+        consumer.wait(TIMEOUT, count=20)
+        assert [m.id for m in consumer.messages] == list(range(20))
+        assert consumer.connected.is_set() and not consumer.remote_closed.is_set()  # same connection
+    finally:
+        consumer.close()
+
+
+def test_auto_links_store_and_drain_through_the_broker(router_factory, tdbroker):
+    tdbroker()
+    router = router_factory(AUTO_LINKS.format(port=tdbroker.port, address="queue"))
+    send_all(router.url, "queue", list(range(30)))
+    assert receive_all(router.url, "queue", 30) == list(range(30))

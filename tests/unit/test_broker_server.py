@@ -1,0 +1,426 @@
+"""The tdbroker endpoint in memory (no sockets): multicast subscriptions, dynamic sources, the
+``$management`` hook, the management facade, flow-record hooks, durable delivery counts, redelivery delay
+and expiry-delay, broker-connection links for queues created after start."""
+
+from __future__ import annotations
+
+import proton
+import pytest
+from proton import Message
+
+from broker.config import parse_broker_config
+from broker.connections import BridgeControl
+from broker.journal import Journal
+from broker.server import Broker, _symbols
+from tests.unit.enginepair import MODIFIED, Peer, Pipe, RouterHarness, pump, settle
+
+BROKER_XML = """\
+<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <name>b1</name>
+  <persistence-enabled>{persist}</persistence-enabled>
+  <journal-directory>{journal}</journal-directory>
+  <addresses>
+    <address name="orders"><anycast><queue name="orders"/></anycast></address>
+    <address name="news"><multicast/></address>
+    <address name="DLQ"><anycast><queue name="DLQ"/></anycast></address>
+  </addresses>
+  <address-settings>
+    <address-setting match="#"><dead-letter-address>DLQ</dead-letter-address>
+      <max-delivery-attempts>3</max-delivery-attempts></address-setting>
+    <address-setting match="slow.#"><redelivery-delay>500</redelivery-delay></address-setting>
+    <address-setting match="short.#"><expiry-delay>1000</expiry-delay></address-setting>
+  </address-settings>
+  {connections}
+</core></configuration>
+"""
+
+
+def make_broker(tmp_path, *, persist=False, connections="", clock=None) -> Broker:
+    text = BROKER_XML.format(persist=str(persist).lower(), journal=tmp_path / "journal", connections=connections)
+    b = Broker(parse_broker_config(text), clock=clock)
+    b.open_journal()
+    return b
+
+
+@pytest.fixture
+def harness(tmp_path):
+    b = make_broker(tmp_path)
+    return RouterHarness(router=b)
+
+
+def test_multicast_address_gives_each_subscriber_a_copy(harness):
+    b = harness.router
+    c1, c2, prod = harness.connect(), harness.connect(), harness.connect()
+    r1 = c1.receiver("news", credit=10)
+    r2 = c2.receiver("news", credit=10)
+    snd = prod.sender("news")
+    harness.pump()
+    assert len(b.multicast_queues("news")) == 2
+    for i in range(3):
+        prod.send(snd, body=f"n{i}")
+    harness.pump()
+    assert c1.bodies(r1) == ["n0", "n1", "n2"]
+    assert c2.bodies(r2) == ["n0", "n1", "n2"]
+    # Non-durable subscriptions go with their links.
+    r1.close()
+    harness.pump()
+    assert len(b.multicast_queues("news")) == 1
+    assert {a["name"]: a["routingTypes"] for a in b.mgmt_addresses()}["news"] == ["multicast"]
+
+
+def test_topic_capability_makes_an_auto_created_address_multicast(harness):
+    b = harness.router
+    c = harness.connect()
+    rcv = c.session.receiver("sub")
+    rcv.source.address = "events"
+    rcv.source.capabilities.put_array(False, proton.Data.SYMBOL)
+    rcv.source.capabilities.enter()
+    rcv.source.capabilities.put_symbol("topic")
+    rcv.source.capabilities.exit()
+    rcv.target.address = "sub"
+    rcv.open()
+    harness.pump()
+    assert b.routing_type_for("events") == "multicast"
+    assert [q["routingType"] for q in b.mgmt_queues() if q["address"] == "events"] == ["multicast"]
+
+
+def test_durable_subscription_keeps_messages_while_the_subscriber_is_away(harness):
+    b = harness.router
+    sub = Peer(container="app")
+    harness.connect(sub)
+    rcv = sub.session.receiver("s1")
+    rcv.source.address = "news"
+    rcv.source.durability = proton.Terminus.DELIVERIES
+    rcv.source.expiry_policy = proton.Terminus.EXPIRE_NEVER
+    rcv.target.address = "s1"
+    rcv.open()
+    harness.pump()
+    assert "app.s1" in b.queues
+    harness.drop(sub)  # connection lost: the durable subscription stays
+    prod = harness.connect()
+    snd = prod.sender("news")
+    harness.pump()
+    prod.send(snd, body="while away")
+    harness.pump()
+    assert b.queues["app.s1"].message_count == 1
+    back = Peer(container="app")
+    harness.connect(back)
+    rcv = back.session.receiver("s1")
+    rcv.source.address = "news"
+    rcv.source.durability = proton.Terminus.DELIVERIES
+    rcv.target.address = "s1"
+    rcv.open()
+    rcv.flow(5)
+    back._track(rcv)
+    harness.pump()
+    assert back.bodies(rcv) == ["while away"]
+    rcv.close()  # closed (not detached): the subscription is deleted
+    harness.pump()
+    assert "app.s1" not in b.queues
+
+
+class StubManagement:
+    def __init__(self):
+        self.requests = []
+
+    def handle(self, data: bytes) -> bytes | None:
+        req = Message()
+        req.decode(data)
+        self.requests.append(req)
+        if req.body == "boom":
+            raise ValueError("bad request")
+        return Message(address=req.reply_to, correlation_id=req.id, body={"echo": req.body}).encode()
+
+
+def test_management_link_hands_requests_to_the_agent_and_replies_to_a_dynamic_source(harness):
+    b = harness.router
+    b.management = StubManagement()
+    c = harness.connect()
+    rcv = c.receiver(dynamic=True, credit=5)
+    snd = c.sender("$management")
+    harness.pump()
+    reply_to = rcv.remote_source.address
+    assert reply_to and reply_to.startswith("temp.") and reply_to in b.queues
+    d = c.send(snd, Message(id=7, reply_to=reply_to, body="ping"))
+    harness.pump()
+    assert d.remote_state == proton.Delivery.ACCEPTED
+    [got] = c.received(rcv)
+    assert got.message.body == {"echo": "ping"} and got.message.correlation_id == 7
+    bad = c.send(snd, Message(id=8, reply_to=reply_to, body="boom"))
+    harness.pump()
+    assert bad.remote_state == proton.Delivery.REJECTED
+    assert len(b.management.requests) == 2
+    rcv.close()
+    harness.pump()
+    assert reply_to not in b.queues  # the temporary queue went with its link
+
+
+def test_management_link_is_refused_without_an_agent(harness):
+    c = harness.connect()
+    snd = c.sender("$management")
+    harness.pump()
+    assert snd.remote_condition is not None and snd.remote_condition.name == "amqp:not-found"
+
+
+def test_facade_creates_purges_and_deletes_queues_with_real_counters(harness):
+    b = harness.router
+    assert b.create_queue("work", "jobs")["address"] == "jobs"
+    with pytest.raises(ValueError):
+        b.create_queue("work")
+    with pytest.raises(ValueError):
+        b.create_queue("x", routing_type="broadcast")
+    with pytest.raises(KeyError):
+        b.delete_queue("nope")
+    with pytest.raises(KeyError):
+        b.purge_queue("nope")
+    with pytest.raises(KeyError):
+        b.start_broker_connection("nope")
+    p, c = harness.connect(), harness.connect()
+    snd = p.sender("jobs")
+    harness.pump()
+    for i in range(4):
+        p.send(snd, body=i)
+    harness.pump()
+    rcv = c.receiver("work", credit=1)
+    harness.pump()
+    [first] = c.received(rcv)
+    settle(first.delivery)
+    rcv.flow(1)
+    harness.pump()
+    row = next(q for q in b.mgmt_queues() if q["name"] == "work")
+    assert (row["messageCount"], row["consumerCount"], row["deliveredCount"], row["acknowledgedCount"]) == \
+        (3, 1, 2, 1)  # one accepted, one more delivered on the refreshed credit
+    assert b.purge_queue("work") == 2  # ready ones only; the one being delivered stays
+    assert b.delete_queue("work") == 1
+    harness.pump()
+    assert rcv.remote_condition is not None and rcv.remote_condition.name == "amqp:resource-deleted"
+    assert "work" not in {q["name"] for q in b.mgmt_queues()}
+
+
+def test_dead_letter_count_after_max_attempts(harness):
+    b = harness.router
+    p, c = harness.connect(), harness.connect()
+    snd = p.sender("orders")
+    rcv = c.receiver("orders", credit=10)
+    harness.pump()
+    p.send(snd, body="poison")
+    harness.pump()
+    for _ in range(3):
+        [got] = c.received(rcv, clear=True)
+        settle(got.delivery, MODIFIED, failed=True)
+        harness.pump()
+    row = next(q for q in b.mgmt_queues() if q["name"] == "orders")
+    assert row["deadLetteredCount"] == 1 and row["messageCount"] == 0
+    assert b.queues["DLQ"].message_count == 1
+
+
+class StubRecorder:
+    def __init__(self, wanted):
+        self.wanted = wanted
+        self.events = []
+
+    def wants(self, mid) -> bool:
+        return mid in self.wanted
+
+    def record(self, event, **fields):
+        self.events.append((event, fields))
+
+
+def test_flow_records_only_for_sampled_messages(harness):
+    b = harness.router
+    b.recorder = StubRecorder({"m1"})
+    p, c = harness.connect(), harness.connect()
+    snd = p.sender("orders")
+    rcv = c.receiver("orders", credit=10)
+    harness.pump()
+    p.send(snd, Message(id="m1", body="a"))
+    p.send(snd, Message(id="m2", body="b"))
+    harness.pump()
+    for r in c.received(rcv):
+        settle(r.delivery)
+    harness.pump()
+    kinds = [(e, f["mid"]) for e, f in b.recorder.events]
+    assert kinds == [("store", "m1"), ("deliver", "m1"), ("settle", "m1")]
+    store = b.recorder.events[0][1]
+    assert store["address"] == "orders" and store["size"] > 0
+    assert b.recorder.events[2][1]["outcome"] == "accepted"
+
+
+def test_delivery_count_updates_survive_a_restart(tmp_path):
+    b = make_broker(tmp_path, persist=True)
+    h = RouterHarness(router=b)
+    p, c = h.connect(), h.connect()
+    snd = p.sender("orders")
+    rcv = c.receiver("orders", credit=10)
+    h.pump()
+    p.send(snd, Message(body="x", durable=True))
+    h.pump()
+    [got] = c.received(rcv, clear=True)
+    settle(got.delivery, MODIFIED, failed=True)
+    h.pump()
+    [again] = c.received(rcv, clear=True)
+    assert again.message.delivery_count == 1
+    b.journal.sync()
+    b.close_journal()
+    j = Journal(tmp_path / "journal")
+    [stored] = j.recover()
+    j.close()
+    assert stored.delivery_count == 1
+
+
+def test_redelivery_delay_holds_a_failed_message_back(tmp_path):
+    now = [1_000_000]
+    b = make_broker(tmp_path, clock=lambda: now[0])
+    b.create_queue("slow.q")
+    h = RouterHarness(router=b)
+    p, c = h.connect(), h.connect()
+    snd = p.sender("slow.q")
+    rcv = c.receiver("slow.q", credit=10)
+    h.pump()
+    p.send(snd, body="r")
+    h.pump()
+    [got] = c.received(rcv, clear=True)
+    settle(got.delivery, MODIFIED, failed=True)
+    h.pump()
+    assert c.received(rcv) == [] and b.next_timer() == now[0] + 500
+    now[0] += 500
+    b.expire_due()
+    h.pump()
+    assert [r.body for r in c.received(rcv)] == ["r"]
+
+
+def test_expiry_delay_applies_to_messages_without_an_expiry(tmp_path):
+    now = [5_000]
+    b = make_broker(tmp_path, clock=lambda: now[0])
+    b.create_queue("short.q")
+    h = RouterHarness(router=b)
+    p = h.connect()
+    snd = p.sender("short.q")
+    h.pump()
+    p.send(snd, body="e")
+    h.pump()
+    assert b.queues["short.q"].next_expiry() == 6_000
+
+
+def test_broker_connection_links_follow_queues_created_later(tmp_path):
+    conns = """<broker-connections>
+      <amqp-connection uri="tcp://127.0.0.1:1" name="r" auto-start="false">
+        <peer address-match="orders.#"/><sender queue-name="outq"/><receiver address-match="inq"/>
+      </amqp-connection></broker-connections>"""
+    b = make_broker(tmp_path, connections=conns)
+    ctl = b.bridges["r"]
+    assert isinstance(ctl, BridgeControl) and ctl.status == "stopped"
+    assert b.mgmt_connections() == [{"name": "r", "uri": "tcp://127.0.0.1:1", "status": "stopped",
+                                     "links": 0, "autoStart": False}]
+    engine = ctl._make_engine("test")
+    remote = Peer(server=True)
+    pipe = Pipe(engine, remote)
+    pump(pipe)
+    assert ctl.status == "connected"
+    assert sorted(remote.links) == ["r.orders.receiver", "r.orders.sender"]
+    src = remote.links["r.orders.receiver"].remote_source
+    assert src.address == "orders" and _symbols(src.capabilities) == ["qd.waypoint"]
+    b.create_queue("orders.late")
+    b.create_queue("outq", "elsewhere")
+    b.create_queue("inq")
+    pump(pipe)
+    assert {"r.orders.late.receiver", "r.orders.late.sender", "r.outq.out", "r.inq.in"} <= set(remote.links)
+    assert remote.links["r.outq.out"].remote_target.address == "outq"
+    assert remote.links["r.inq.in"].remote_source.address == "inq"
+    assert _symbols(remote.links["r.inq.in"].remote_source.capabilities) == []
+    assert ctl.link_count() == 6
+    b.stop_broker_connection("r")
+    assert ctl.wanted is False
+
+
+def test_bindings_file_rebinds_queues_created_at_run_time(tmp_path):
+    b = make_broker(tmp_path, persist=True)
+    b.create_queue("audit", "events", routing_type="multicast")
+    from broker.addressing import write_bindings
+
+    write_bindings(b.bindings_path(), b.take_bindings())
+    b.close_journal()
+    b2 = make_broker(tmp_path, persist=True)
+    try:
+        info = b2.queue_info["audit"]
+        assert (info.address, info.routing_type) == ("events", "multicast")
+    finally:
+        b2.close_journal()
+
+
+async def test_auto_start_false_waits_for_start_and_stop_closes(tmp_path, nursery):
+    """Two brokers over real loopback sockets in one Trio run: the dialling one's connection stays
+    stopped until start_broker_connection, connects and attaches its peer links, and stop closes it."""
+    import trio
+
+    from wire.driver import serve_listener
+
+    remote = make_broker(tmp_path / "remote")
+    listeners = await nursery.start(serve_listener, "127.0.0.1", 0,
+                                    lambda r: remote.new_engine(remote.connection_settings(), server=True,
+                                                                remote_host=r))
+    port = listeners[0].socket.getsockname()[1]
+    conns = f"""<broker-connections><amqp-connection uri="tcp://127.0.0.1:{port}" name="up" auto-start="false"
+        retry-interval="50"><peer queue-name="orders"/></amqp-connection></broker-connections>"""
+    local = make_broker(tmp_path / "local", connections=conns)
+    ctl = local.bridges["up"]
+    nursery.start_soon(ctl.run)
+
+    async def until(pred, what):
+        with trio.fail_after(10):
+            while not pred():
+                await trio.sleep(0.01)
+
+    await trio.sleep(0.2)
+    assert ctl.status == "stopped" and not remote.connections
+    local.start_broker_connection("up")
+    await until(lambda: ctl.status == "connected" and ctl.link_count() == 2, "connected")
+    await until(lambda: remote.queues["orders"].consumer_count == 1, "the peer sender to attach remotely")
+    [row] = local.mgmt_connections()
+    assert row["status"] == "connected" and row["links"] == 2
+    local.stop_broker_connection("up")
+    await until(lambda: ctl.status == "stopped", "stopped")
+    await until(lambda: not remote.connections, "the remote side to see the close")
+    local.start_broker_connection("up")  # and again
+    await until(lambda: ctl.status == "connected", "reconnected")
+
+
+async def test_failover_uri_is_tried_when_the_first_fails(tmp_path, nursery):
+    import trio
+
+    from tests.system.harness import free_port
+    from wire.driver import serve_listener
+
+    remote = make_broker(tmp_path / "remote")
+    listeners = await nursery.start(serve_listener, "127.0.0.1", 0,
+                                    lambda r: remote.new_engine(remote.connection_settings(), server=True,
+                                                                remote_host=r))
+    port = listeners[0].socket.getsockname()[1]
+    dead = free_port()
+    conns = f"""<broker-connections><amqp-connection uri="tcp://127.0.0.1:{dead}#tcp://127.0.0.1:{port}"
+        name="up" retry-interval="20" reconnect-attempts="3"><peer queue-name="orders"/></amqp-connection>
+        </broker-connections>"""
+    local = make_broker(tmp_path / "local", connections=conns)
+    ctl = local.bridges["up"]
+    nursery.start_soon(ctl.run)
+    with trio.fail_after(10):
+        while ctl.status != "connected":
+            await trio.sleep(0.01)
+    assert remote.connections
+
+
+async def test_reconnect_attempts_give_up_as_failed(tmp_path, nursery):
+    import trio
+
+    from tests.system.harness import free_port
+
+    conns = f"""<broker-connections><amqp-connection uri="tcp://127.0.0.1:{free_port()}" name="up"
+        retry-interval="10" reconnect-attempts="2"><peer queue-name="orders"/></amqp-connection>
+        </broker-connections>"""
+    local = make_broker(tmp_path, connections=conns)
+    ctl = local.bridges["up"]
+    nursery.start_soon(ctl.run)
+    with trio.fail_after(10):
+        while ctl.status != "failed":
+            await trio.sleep(0.01)
+    assert local.mgmt_connections()[0]["status"] == "failed" and ctl.wanted is False
