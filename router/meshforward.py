@@ -23,8 +23,7 @@ from __future__ import annotations
 import logging
 
 from wire import raw
-from wire.annotations import RouterAnnotations, read_router_annotations, set_router_annotations, \
-    strip_router_annotations
+from wire.annotations import RouterAnnotations, set_router_annotations, split_router_annotations
 from wire.codec import CodecError, message_to
 from router.addresses import BALANCED, CLOSEST, MULTICAST, UNAVAILABLE, Address
 from router.links import InDelivery
@@ -102,14 +101,17 @@ class MeshForwarding:
 
     # -- arrival from a neighbour -----------------------------------------------------------------
     def mesh_message_in(self, ind: InDelivery, msg: bytes) -> None:
-        """A message from a neighbour router's data link: route by its annotations, keep them."""
+        """A message from a neighbour router's data link: route by its annotations. ``ind.msg`` becomes
+        the message without them (for local consumers); ``ind.ra`` keeps them for the next router."""
         try:
-            ra = read_router_annotations(msg) or _EMPTY_RA
-            to = ra.to_override or message_to(msg)
+            ra, stripped = split_router_annotations(msg)
+            ra = ra or _EMPTY_RA
+            to = ra.to_override or message_to(stripped)
         except CodecError as exc:
             self._reject(ind, "amqp:decode-error", f"malformed message: {exc}")
             return
         ind.ra = ra
+        ind.msg = stripped
         addr = self.addresses.get(self.parser.key(to, ra.phase or 0)) if to else None
         if addr is None:
             self._no_route(ind, None)
@@ -165,11 +167,10 @@ class MeshForwarding:
         elif not rlinks:
             addr.deliveries_transit += 1
             self.deliveries_transit += 1
-        raw_msg = ind.msg
-        if any(ol.inter_router for ol in targets):
-            ind.mesh_msg = self._annotated(ind, addr, raw_msg)
-        if ra is not None and any(not ol.inter_router for ol in targets):
-            ind.msg = strip_router_annotations(raw_msg)
+        for ol in targets:
+            if ol.inter_router:
+                ind.mesh_msg = self._annotated(ind, addr, ind.msg)
+                break
         n = len(targets)
         ind.copies += n
         ind.buffered += n
@@ -229,12 +230,7 @@ class MeshForwarding:
 
     def _to_handler(self, ind: InDelivery, addr: Address, handler) -> None:
         addr.deliveries_ingress += 1
-        msg = ind.msg
-        if ind.ra is not None:
-            try:
-                msg = strip_router_annotations(msg)
-            except CodecError:
-                pass
+        msg = ind.msg  # without router annotations (stripped at arrival from a client or a router)
         ind.msg = None
         try:
             handler(msg)

@@ -122,6 +122,60 @@ listener {
 """
 
 
+# --hops N: a line of N+1 interior routers; the senders attach to the first, the receivers to the last.
+MAX_HOPS = 4
+MESH_ROUTER_CONFIG = """\
+router {{
+    mode: interior
+    id: tdbench.{index}
+    helloIntervalSeconds: 1
+    helloMaxAgeSeconds: 3
+    raIntervalFluxSeconds: 1
+}}
+
+listener {{
+    name: bench
+    host: 127.0.0.1
+    port: 0
+    role: normal
+    authenticatePeer: no
+    saslMechanisms: ANONYMOUS
+}}
+
+listener {{
+    name: inter-router
+    host: 127.0.0.1
+    port: 0
+    role: inter-router
+    authenticatePeer: no
+    saslMechanisms: ANONYMOUS
+}}
+{connector}"""
+MESH_CONNECTOR = """
+connector {{
+    name: to-previous
+    host: 127.0.0.1
+    port: {port}
+    role: inter-router
+    retryDelaySeconds: 0.2
+}}
+"""
+
+
+def start_line(hops: int) -> list:
+    """hops+1 interior routers in a line, each connected to the one before."""
+    routers: list = []
+    try:
+        for i in range(hops + 1):
+            connector = MESH_CONNECTOR.format(port=routers[-1].ports["inter-router"]) if routers else ""
+            routers.append(RouterProcess(MESH_ROUTER_CONFIG.format(index=i, connector=connector)).start())
+    except BaseException:
+        for r in routers:
+            r.stop()
+        raise
+    return routers
+
+
 class BenchError(Exception):
     pass
 
@@ -139,6 +193,7 @@ class RouterProcess:
         self.stderr_path = os.path.join(self.tmp.name, "router.stderr")
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
+        self.ports: dict[str, int] = {}  # listener role -> its port
         self.router_id: str | None = None
 
     def start(self) -> "RouterProcess":
@@ -169,6 +224,8 @@ class RouterProcess:
                     line, buf = buf.split(b"\n", 1)
                     text = line.decode("utf-8", "replace")
                     m = LISTENING_RE.match(text)
+                    if m:
+                        self.ports.setdefault(m["role"], int(m["port"]))
                     if m and self.port is None:
                         self.port = int(m["port"])
                     m = READY_RE.match(text)
@@ -267,7 +324,8 @@ async def _bench(opts: dict, host: str | None, port: int | None, router_pid: int
     out: dict = {}
     if host is not None:
         out["router"] = await run_via_peer(host, port, senders=opts["senders"], receivers=opts["receivers"],
-                                           router_pid=router_pid, **common)
+                                           router_pid=router_pid, rx_host=opts.get("rx_host"),
+                                           rx_port=opts.get("rx_port"), **common)
     if opts["direct"]:
         out["direct"] = await run_direct(senders=opts["senders"], **common)
     return out
@@ -276,12 +334,14 @@ async def _bench(opts: dict, host: str | None, port: int | None, router_pid: int
 def run_bench(*, senders: int = 1, receivers: int = 1, messages: int = 200000, size: int = 100,
               presettled: bool = False, window: int = 1000, address: str = "bench",
               router_config: str | None = None, router: str | None = None, router_pid: int | None = None,
-              direct: bool = True, duration_limit: float = 120.0, no_router: bool = False) -> dict:
+              direct: bool = True, duration_limit: float = 120.0, no_router: bool = False,
+              hops: int = 0) -> dict:
     """Run the bench and return the report dict (what ``--json`` prints)."""
     opts = dict(senders=senders, receivers=receivers, messages=messages, size=size, presettled=presettled,
                 window=window, address=address, direct=direct, duration_limit=duration_limit)
     MessageTemplate(size)  # validates the size
     proc = None
+    mesh: list = []
     host = port = None
     report: dict = {
         "senders": senders, "receivers": receivers, "messages": messages, "size": size,
@@ -289,7 +349,14 @@ def run_bench(*, senders: int = 1, receivers: int = 1, messages: int = 200000, s
         "warmup_messages": int(messages * WARMUP_FRACTION),
     }
     try:
-        if router:
+        if hops:
+            mesh = start_line(hops)
+            host, port = "127.0.0.1", mesh[0].port
+            opts["rx_host"], opts["rx_port"] = "127.0.0.1", mesh[-1].port
+            router_pid = [r.pid for r in mesh]
+            report["hops"] = hops
+            report["router_url"] = f"amqp://{host}:{port} -> {hops} inter-router hop(s) -> amqp://{host}:{mesh[-1].port}"
+        elif router:
             host, port = parse_router_url(router)
             report["router_url"] = f"amqp://{host}:{port}"
         elif not no_router:
@@ -298,8 +365,8 @@ def run_bench(*, senders: int = 1, receivers: int = 1, messages: int = 200000, s
             report["router_url"] = f"amqp://{host}:{port}"
         report.update(trio.run(_bench, opts, host, port, router_pid))
     finally:
-        if proc is not None:
-            code = proc.stop()
+        for p in ([proc] if proc is not None else []) + mesh:
+            code = p.stop()
             if code not in (0, None):
                 report.setdefault("errors", []).append(f"tdrouterd exited with status {code}")
     problems = list(report.get("errors", []))
@@ -499,13 +566,18 @@ def format_report(rep: dict) -> str:
 @click.option("--rabbitmq", metavar="start|URL",
               help="With --brokered: the same loads against RabbitMQ's AMQP 1.0 queue ('start': a private node).")
 @click.option("--durable-only", is_flag=True, help="With --brokered: only the durable loads.")
+@click.option("--hops", default=0, show_default=True, type=click.IntRange(0, MAX_HOPS),
+              help="Through a line of HOPS+1 interior routers (senders on the first, receivers on the "
+                   "last); router CPU is the sum over all of them.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
-         direct, as_json, duration_limit, brokered, rabbitmq, durable_only) -> None:
+         direct, as_json, duration_limit, brokered, rabbitmq, durable_only, hops) -> None:
     """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run."""
     if router_config and router_url:
         raise click.UsageError("give --router-config or --router, not both")
     if rabbitmq and not brokered:
         raise click.UsageError("--rabbitmq goes with --brokered")
+    if hops and (router_config or router_url or brokered):
+        raise click.UsageError("--hops starts its own routers: not with --router, --router-config or --brokered")
     if brokered:
         n = messages if click.get_current_context().get_parameter_source("messages").name != "DEFAULT" \
             else BROKERED_MESSAGES
@@ -521,7 +593,7 @@ def main(senders, receivers, messages, size, presettled, window, address, router
     try:
         rep = run_bench(senders=senders, receivers=receivers, messages=messages, size=size, presettled=presettled,
                         window=window, address=address, router_config=router_config, router=router_url,
-                        router_pid=router_pid, direct=direct, duration_limit=duration_limit)
+                        router_pid=router_pid, direct=direct, duration_limit=duration_limit, hops=hops)
     except BenchError as exc:
         click.echo(f"tdbench: {exc}", err=True)
         sys.exit(2)

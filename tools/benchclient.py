@@ -104,8 +104,12 @@ class MessageTemplate:
         return _unpack_ts(body, 0)[0]
 
 
-def process_cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process from /proc/<pid>/stat, in seconds (None when unreadable)."""
+def process_cpu_seconds(pid) -> float | None:
+    """utime + stime of a process from /proc/<pid>/stat, in seconds (None when unreadable). Given a
+    list of pids (the routers of a mesh run), the sum over them."""
+    if isinstance(pid, (list, tuple)):
+        parts = [process_cpu_seconds(p) for p in pid]
+        return None if any(p is None for p in parts) else sum(parts)
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -519,10 +523,12 @@ def _quiet_close(record: logging.LogRecord) -> bool:
 async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, messages: int, size: int,
                        presettled: bool, window: int, address: str, warmup: int, deadline: float,
                        router_pid: int | None = None, durable: bool = False,
-                       source_address: str | None = None) -> dict:
+                       source_address: str | None = None, rx_host: str | None = None,
+                       rx_port: int | None = None) -> dict:
     """S senders and R receivers on separate connections to a router (or broker) at host:port, one
     address (``source_address``, when given, is the receivers' address: RabbitMQ names one queue
-    differently for its senders and receivers)."""
+    differently for its senders and receivers). ``rx_host``/``rx_port``: the receivers attach to another
+    router of a mesh (the inter-router hops bench); ``router_pid`` may then be a list of pids."""
     run = LoadRun(messages, warmup, size, presettled, router_pid)
     template = MessageTemplate(size, durable=durable)
     handler = BenchHandler(run, may_split=template.encoded_size > MAX_UNSPLIT)
@@ -533,7 +539,7 @@ async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, me
         try:
             # Receivers first, so the address has a destination when the senders attach.
             for i in range(receivers):
-                e = await conns.open(host, port, handler, f"tdbench-{pid}-rx{i}", nursery)
+                e = await conns.open(rx_host or host, rx_port or port, handler, f"tdbench-{pid}-rx{i}", nursery)
                 rcv = attach_receiver(e, f"tdbench-rx{i}", source_address or address, presettled, RECEIVER_CREDIT)
                 handler.rx[rcv._impl] = Receiver(rcv._impl, rcv, RECEIVER_CREDIT_BATCH)
                 e.wake()

@@ -27,7 +27,7 @@ from wire.codec import _section_end, _walk
 
 __all__ = [
     "RouterAnnotations", "read_router_annotations", "strip_router_annotations", "set_router_annotations",
-    "ROUTER_PREFIX",
+    "split_router_annotations", "ROUTER_PREFIX",
 ]
 
 ROUTER_PREFIX = b"x-opt-qd."
@@ -262,6 +262,38 @@ def strip_router_annotations(msg: bytes) -> bytes:
         if not router:
             return msg
         return _rebuild_ma(msg, start, vpos, send, spans, nuser, b"", 0)
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
+
+
+def split_router_annotations(msg: bytes) -> tuple[RouterAnnotations | None, bytes]:
+    """(the router annotations or None, the message without them) in one walk of the map: what a
+    router does with every message from a neighbour (route by the first, deliver the second)."""
+    try:
+        loc = _find_ma(msg)
+        if loc is None:
+            return None, msg
+        start, vpos, send = loc
+        if msg.find(ROUTER_PREFIX, vpos, send) < 0:
+            return None, msg
+        spans, nuser, router = _ma_split(msg, vpos, send)
+        if not router:
+            return None, msg
+        ra = RouterAnnotations()
+        for name, vs, ve in router:
+            if name == b"to":
+                ra.to_override = _str_value(msg, vs, ve, "to")
+            elif name == b"ingress":
+                ra.ingress = _str_value(msg, vs, ve, "ingress")
+            elif name == b"trace":
+                ra.trace = _trace_value(msg, vs, ve)
+            elif name == b"phase":
+                ra.phase = _int_value(msg, vs, ve, "phase")
+            elif name == b"stream":
+                ra.stream = _int_value(msg, vs, ve, "stream")
+        return ra, _rebuild_ma(msg, start, vpos, send, spans, nuser, b"", 0)
     except CodecError:
         raise
     except _DECODE_ERRORS as e:

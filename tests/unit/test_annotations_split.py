@@ -1,0 +1,40 @@
+"""split_router_annotations agrees with read + strip (the mesh's one-pass helper)."""
+
+from __future__ import annotations
+
+import pytest
+from proton import Message
+
+from wire.annotations import (read_router_annotations, set_router_annotations, split_router_annotations,
+                              strip_router_annotations)
+from wire.codec import CodecError
+
+MESSAGES = [
+    Message(address="a", body="x").encode(),
+    Message(address="a", body=b"y" * 300, id=7, annotations={"user": 1, "other": "v"}).encode(),
+    Message(body=None, durable=True, priority=7, annotations={"k": [1, 2]}).encode(),
+]
+
+
+@pytest.mark.parametrize("msg", MESSAGES)
+@pytest.mark.parametrize("fields", [
+    {}, {"ingress": "A", "trace": ["A"]}, {"to_override": "q", "phase": 1, "ingress": "R.1", "trace": ["R.1", "R.2"]},
+])
+def test_split_equals_read_and_strip(msg, fields):
+    annotated = set_router_annotations(msg, **fields)
+    ra, stripped = split_router_annotations(annotated)
+    assert ra == read_router_annotations(annotated)
+    assert stripped == strip_router_annotations(annotated)
+    assert set_router_annotations(stripped, **fields) == annotated or fields == {}
+
+
+def test_split_without_router_keys_returns_the_same_bytes():
+    msg = MESSAGES[1]
+    ra, stripped = split_router_annotations(msg)
+    assert ra is None and stripped is msg
+
+
+def test_split_rejects_a_bad_router_value():
+    bad = set_router_annotations(MESSAGES[0], ingress="A").replace(b"\xa1\x01A", b"\x54\x01", 1)
+    with pytest.raises(CodecError):
+        split_router_annotations(bad)
