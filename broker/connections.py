@@ -75,22 +75,6 @@ def planned_links(broker: Broker, conn: BrokerConnection, only: str | None = Non
     return out
 
 
-def use_sasl_plain(engine, user: str, password: str | None) -> None:
-    """Make a fresh client engine authenticate with SASL PLAIN.
-
-    proton copies the connection's user and password into the SASL layer when the transport is bound,
-    and :class:`wire.connection.EngineConnection` binds in its constructor with ANONYMOUS (see
-    :mod:`wire.sasl`), so the transport is unbound and bound again before any byte moved."""
-    t, c = engine.transport, engine.connection
-    t.unbind()
-    c.user = user
-    c.password = password or ""
-    sasl = t.sasl()
-    sasl.allowed_mechs("PLAIN")
-    sasl.allow_insecure_mechs = True  # loopback / private networks; TLS is not part of this build
-    t.bind(c)
-
-
 class BridgeControl:
     """One ``<amqp-connection>``: its state for management and the Trio task that keeps it up."""
 
@@ -175,10 +159,10 @@ class BridgeControl:
     # -- the task ---------------------------------------------------------------------------------------
     def _make_engine(self, remote: str):
         broker = self.broker
-        settings = broker.connection_settings(name=self.conn.name)
+        # user/password: SASL PLAIN, set up by the engine before its transport is bound (wire/sasl.py).
+        settings = broker.connection_settings(name=self.conn.name, sasl_username=self.conn.user or None,
+                                              sasl_password=self.conn.password)
         engine = broker.new_engine(settings, server=False, remote_host=remote)
-        if self.conn.user:
-            use_sasl_plain(engine, self.conn.user, self.conn.password)
         engine.app.on_open = self._open
         return engine
 

@@ -28,8 +28,7 @@ from itertools import count as _counter
 
 from sortedcontainers import SortedList
 
-from wire.amqptypes import CodecError
-from wire.header import _absolute_expiry_time  # expires_at() without its second read_header (hot path)
+from wire.header import absolute_expiry_time  # expires_at() without its second read_header (hot path)
 from wire.header import read_header, set_delivery_count
 
 __all__ = ["QueuedMessage", "Queue", "ACCEPTED", "RELEASED", "MODIFIED", "REJECTED",
@@ -167,12 +166,7 @@ class QueuedMessage:
         durable, priority, ttl, delivery_count = fast
         # wire.header.expires_at(payload, now_ms), sharing this read_header: an absolute-expiry-time > 0
         # wins, else a non-zero ttl counts from the arrival here.
-        try:
-            absolute = _absolute_expiry_time(payload)
-        except CodecError:
-            raise
-        except Exception as exc:  # IndexError / struct.error from a truncated message
-            raise CodecError(f"malformed message: {exc}") from None
+        absolute = absolute_expiry_time(payload)  # CodecError for a malformed message
         if absolute is not None and absolute > 0:
             expires = absolute
         elif ttl:

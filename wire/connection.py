@@ -49,6 +49,9 @@ class ConnectionSettings:
     idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS
     sasl_mechanisms: str = "ANONYMOUS"
     authenticate_peer: bool = False
+    # A client with a user name logs in with SASL PLAIN (see wire/sasl.py); None = ANONYMOUS.
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)  # kept out of logged reprs
     container_id: str = "trio-dispatch"
     link_capacity: int = 250  # credit window per incoming link (Dispatch's linkCapacity default)
     max_message_size: int = 0  # bytes; 0 = no limit
@@ -132,10 +135,13 @@ class EngineConnection:
 
     # -- SASL -----------------------------------------------------------------------------------
     def _setup_sasl(self, server: bool) -> None:
-        """ANONYMOUS now; PLAIN against a users file is the next mechanism (see wire/sasl.py)."""
+        """Servers offer ANONYMOUS; clients use PLAIN when the settings carry a user name (wire/sasl.py).
+
+        Runs before the transport is bound: proton copies the connection's credentials at bind."""
         from wire.sasl import configure_sasl
 
-        configure_sasl(self.transport, self.settings, server=server)
+        configure_sasl(self.transport, self.settings, server=server, connection=self.connection,
+                       remote_host=self.remote_host)
 
     # -- bytes in/out ---------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:

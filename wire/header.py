@@ -29,8 +29,8 @@ from wire.amqptypes import _DECODE_ERRORS, CodecError, Timestamp, UByte, UInt, _
 from wire.amqptypes import _compound
 from wire.codec import _descriptor, _list_header, _walk, scan
 
-__all__ = ["HeaderInfo", "read_header", "read_expiry", "expires_at", "set_delivery_count",
-           "DEFAULT_PRIORITY"]
+__all__ = ["HeaderInfo", "read_header", "read_expiry", "expires_at", "absolute_expiry_time",
+           "set_delivery_count", "DEFAULT_PRIORITY"]
 
 # §3.2.1: "priority ... default 4" (the JMS default priority too).
 DEFAULT_PRIORITY = 4
@@ -122,8 +122,22 @@ def read_header(msg: bytes) -> HeaderInfo:
         raise CodecError(f"malformed header: {e}") from None
 
 
-def _absolute_expiry_time(msg):
-    """properties.absolute-expiry-time in ms since the epoch, or None; skips the fields before it."""
+def absolute_expiry_time(msg: bytes) -> int | None:
+    """properties.absolute-expiry-time in ms since the epoch, or None when absent.
+
+    The properties fields before it are skipped, not decoded, so a caller that already read the header
+    (the broker's enqueue path) gets the expiry without a second header read. Raises
+    :class:`wire.amqptypes.CodecError` for a malformed message."""
+    try:
+        return _read_absolute_expiry_time(msg)
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
+
+
+def _read_absolute_expiry_time(msg):
+    """absolute_expiry_time without the error translation (the decoder's own exceptions escape)."""
     pos, code, vpos = _walk(msg, 3)
     if code != 0x73:
         return None
@@ -141,11 +155,15 @@ def _absolute_expiry_time(msg):
     return None if v is None else int(v)
 
 
+# The name the broker used before the public one existed; kept for code not yet moved over.
+_absolute_expiry_time = absolute_expiry_time
+
+
 def read_expiry(msg: bytes) -> tuple[int | None, int | None]:
     """``(header ttl in ms, properties absolute-expiry-time in ms since the epoch)``, each None when
     absent. The properties fields before absolute-expiry-time are skipped, not decoded."""
     try:
-        return read_header(msg).ttl, _absolute_expiry_time(msg)
+        return read_header(msg).ttl, _read_absolute_expiry_time(msg)
     except CodecError:
         raise
     except _DECODE_ERRORS as e:

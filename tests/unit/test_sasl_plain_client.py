@@ -1,0 +1,122 @@
+"""A client engine with ``sasl_username`` logs in with SASL PLAIN; without it, with ANONYMOUS.
+
+proton's built-in SASL server cannot verify PLAIN, so the server side here is hand-written SASL
+frames: it offers mechanisms, decodes the client's sasl-init and answers with an outcome.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import proton
+import pytest
+
+from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
+from wire.sasl import configure_sasl, is_loopback
+
+SASL_HEADER = b"AMQP\x03\x01\x00\x00"
+SASL_MECHANISMS, SASL_INIT, SASL_OUTCOME = 0x40, 0x41, 0x44
+FRAME_SASL = 1
+
+
+def _frame(descriptor: int, fields) -> bytes:
+    """One SASL frame holding the performative ``descriptor`` with list ``fields`` (callables on Data)."""
+    d = proton.Data()
+    d.put_described()
+    d.enter()
+    d.put_ulong(descriptor)
+    d.put_list()
+    d.enter()
+    for put in fields:
+        put(d)
+    d.exit()
+    d.exit()
+    body = d.encode()
+    return struct.pack(">IBBH", 8 + len(body), 2, FRAME_SASL, 0) + body
+
+
+def _mechanisms(*names: str) -> bytes:
+    def put(d):
+        d.put_array(False, proton.Data.SYMBOL)
+        d.enter()
+        for n in names:
+            d.put_symbol(n)
+        d.exit()
+    return _frame(SASL_MECHANISMS, [put])
+
+
+def _outcome(code: int) -> bytes:
+    return _frame(SASL_OUTCOME, [lambda d: d.put_ubyte(code)])
+
+
+def _decode_init(data: bytes) -> tuple[str, bytes | None]:
+    """(mechanism, initial-response) of the first frame in ``data``."""
+    size = struct.unpack(">I", data[:4])[0]
+    doff = data[4] * 4
+    d = proton.Data()
+    d.decode(data[doff:size])
+    described = d.get_object()
+    assert described.descriptor == SASL_INIT
+    fields = described.value
+    response = fields[1] if len(fields) > 1 else None
+    return str(fields[0]), (bytes(response) if response is not None else None)
+
+
+def _client(**settings) -> EngineConnection:
+    return EngineConnection(ConnectionHandler(), ConnectionSettings(**settings), server=False,
+                            remote_host="127.0.0.1:5672")
+
+
+def _handshake(engine: EngineConnection, offered: tuple[str, ...]) -> tuple[str, bytes | None]:
+    """Offer ``offered`` to ``engine`` and return what its sasl-init chose."""
+    out = engine.take_output()
+    assert out.startswith(SASL_HEADER)
+    engine.feed(SASL_HEADER + _mechanisms(*offered))
+    out = engine.take_output()
+    return _decode_init(out)
+
+
+def test_username_logs_in_with_plain():
+    engine = _client(sasl_username="alice", sasl_password="s3cret")
+    mech, response = _handshake(engine, ("ANONYMOUS", "PLAIN"))
+    assert mech == "PLAIN"
+    assert response == b"\x00alice\x00s3cret"
+    engine.feed(_outcome(0))
+    assert engine.transport.sasl().outcome == proton.SASL.OK
+
+
+def test_missing_password_sends_an_empty_one():
+    engine = _client(sasl_username="bob")
+    mech, response = _handshake(engine, ("PLAIN",))
+    assert (mech, response) == ("PLAIN", b"\x00bob\x00")
+
+
+def test_refused_login_is_reported():
+    engine = _client(sasl_username="alice", sasl_password="wrong")
+    _handshake(engine, ("PLAIN",))
+    engine.feed(_outcome(1))  # auth
+    assert engine.transport.sasl().outcome == proton.SASL.AUTH
+
+
+def test_without_username_the_client_stays_anonymous():
+    engine = _client()
+    mech, _ = _handshake(engine, ("PLAIN", "ANONYMOUS"))
+    assert mech == "ANONYMOUS"
+
+
+def test_password_is_not_in_the_settings_repr():
+    assert "s3cret" not in repr(ConnectionSettings(sasl_username="alice", sasl_password="s3cret"))
+
+
+def test_plain_needs_the_connection():
+    t = proton.Transport(proton.Transport.CLIENT)
+    with pytest.raises(ValueError):
+        configure_sasl(t, ConnectionSettings(sasl_username="alice"), server=False)
+
+
+@pytest.mark.parametrize("host, expected", [
+    ("127.0.0.1:5672", True), ("localhost:5672", True), ("[::1]:5672", True), ("::1", True),
+    ("127.0.0.2", True), ("10.0.0.1:5672", False), ("broker.example:5672", False), ("", False),
+])
+def test_is_loopback(host, expected):
+    assert is_loopback(host) is expected
