@@ -240,6 +240,7 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
     def on_connection_open(self, engine) -> None:
         log.info("connection %d from %s opened (container %s, role %s)", engine.id, engine.remote_host,
                  engine.remote_container, engine.settings.role)
+        engine.app.remote_open = True
         if engine.settings.role == "inter-router":
             if self.mesh is None:
                 log.error("connection %d: inter-router connection refused: router mode is %s, not interior",

@@ -12,6 +12,7 @@ the router runs; the management agent (router/management/) is the router's ``$ma
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 
@@ -48,7 +49,23 @@ def _settings(router: Router, entity, *, server: bool):
         link_capacity=int(a.get("linkCapacity") or 250),
         max_message_size=int(a.get("maxMessageSize") or 0),
         cost=int(a.get("cost") or 1),
+        sasl_username=None if server else a.get("saslUsername"),
+        sasl_password=None if server else resolve_secret(a.get("saslPassword")),
     )
+
+
+def resolve_secret(value: str | None) -> str | None:
+    """Dispatch's password forms: ``env:VAR``, ``file:PATH`` (first line), ``pass:TEXT``, or the text."""
+    if value is None:
+        return None
+    if value.startswith("env:"):
+        return os.environ.get(value[4:].strip(), "")
+    if value.startswith("file:"):
+        with open(value[5:].strip(), encoding="utf-8") as f:
+            return f.readline().rstrip("\n")
+    if value.startswith("pass:"):
+        return value[5:]
+    return value
 
 
 def check_config(cfg: RouterConfig) -> None:

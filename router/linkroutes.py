@@ -148,9 +148,9 @@ class LinkRouter:
         return True
 
     def _container_for(self, route: LinkRoute):
-        candidates = [rc for rc in self.router.connections
-                      if (route.connection is not None and rc.name == route.connection)
-                      or (route.container_id is not None and rc.engine.remote_container == route.container_id)]
+        candidates = [rc for rc in self.router.connections if rc.remote_open and (
+                      (route.connection is not None and rc.name == route.connection)
+                      or (route.container_id is not None and rc.engine.remote_container == route.container_id))]
         if not candidates:
             return None
         rc = candidates[route.next_index % len(candidates)]
@@ -187,7 +187,7 @@ class LinkRouter:
     def _has_container(self, route: LinkRoute) -> bool:
         return any((route.connection is not None and rc.name == route.connection)
                    or (route.container_id is not None and rc.engine.remote_container == route.container_id)
-                   for rc in self.router.connections if rc.mesh is None)
+                   for rc in self.router.connections if rc.mesh is None and rc.remote_open)
 
     def remote_added(self, router_id: str, key: str) -> None:
         self.remote.setdefault(key, set()).add(router_id)

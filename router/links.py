@@ -15,7 +15,7 @@ _link_ids = itertools.count(1)
 class RouterConnection:
     """The router's view of one AMQP connection."""
 
-    __slots__ = ("engine", "links", "role", "opened_at", "name", "mesh", "last_delivery_at")
+    __slots__ = ("engine", "links", "role", "opened_at", "name", "mesh", "last_delivery_at", "remote_open")
 
     def __init__(self, engine, role: str, name: str, opened_at: float):
         self.engine = engine
@@ -25,6 +25,7 @@ class RouterConnection:
         self.opened_at = opened_at
         self.mesh = None  # router.interrouter.MeshConnection on an inter-router connection
         self.last_delivery_at = None  # router clock when a message last left on this connection
+        self.remote_open = False  # the peer's OPEN arrived (after SASL): usable as a container
 
 
 class RouterLink:

@@ -124,3 +124,27 @@ def test_missing_rabbitmq_skips_locally_and_fails_under_ci(monkeypatch):
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="install-rabbitmq"):
         rabbitmq.require_rabbitmq()
+
+
+def test_router_connector_logs_in_with_sasl_plain(router_factory, rabbit, tmp_path):
+    """saslUsername/saslPassword on a connector: PLAIN to RabbitMQ (password from a file), then the
+    link route works through that connection."""
+    secret = tmp_path / "rabbit.password"
+    secret.write_text("guest\n")
+    section = LINK_ROUTES.format(port=rabbit.port).replace(
+        "    role: route-container\n",
+        f"    role: route-container\n    saslUsername: guest\n    saslPassword: file:{secret}\n", 1)
+    router = router_factory(section)
+    send_all(router.url, "test.plain", list(range(5)))
+    assert receive_all(router.url, "test.plain", 5) == list(range(5))
+
+    # The same with a wrong password: RabbitMQ refuses the login, so there is no route-container.
+    secret.write_text("not-the-password\n")
+    refused = router_factory(section)
+    conn = BlockingConnection(refused.url, timeout=TIMEOUT)
+    try:
+        with pytest.raises(Exception) as info:
+            conn.create_sender("test.plain")
+        assert "qd:no-route-to-dest" in str(info.value)
+    finally:
+        conn.close()
