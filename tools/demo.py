@@ -16,6 +16,11 @@ messages until a consumer's link arrives.
 
 The clients use proton's reactor API (one Container, timers for the narration): a demo is about
 behaviour, not speed.
+
+``--records DIR`` makes the demo's clients write flow records (docs/flowrecords.md): the producer
+``sent`` and ``settled`` (with the outcome it learned), the consumer ``received`` (with the outcome it
+gave); ``tdflow audit DIR`` then checks every message arrived exactly once. ``--reject-every N`` makes
+the consumer reject every Nth message instead of accepting it.
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 import click
-from proton import Message
+from proton import Delivery, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
+
+from wire.flowrecords import FlowRecorder
 
 # How long the producer is left without a consumer, so the blocked state is visible.
 BLOCKED_SECONDS = 2.0
@@ -58,6 +66,49 @@ log {
 
 def say(who: str, text: str) -> None:
     click.echo(f"{time.strftime('%H:%M:%S')}  {who:<9} {text}")
+
+
+_OUTCOME_NAMES = {Delivery.ACCEPTED: "accepted", Delivery.REJECTED: "rejected",
+                  Delivery.RELEASED: "released", Delivery.MODIFIED: "modified"}
+
+
+class Records:
+    """The demo clients' flow records (no-ops without ``--records``): one recorder per client role."""
+
+    def __init__(self, directory: str | None, role: str):
+        self.rec = FlowRecorder(directory, f"demo.{role}") if directory else None
+        self.run = uuid.uuid4().hex[:8]  # message-ids unique across demo runs writing the same directory
+        self._mids: dict = {}
+
+    def message(self, i: int, body: str, durable: bool = False) -> Message:
+        return Message(id=f"{self.run}-{i}", body=body, durable=durable)
+
+    def sent(self, delivery, msg: Message, address: str) -> None:
+        if self.rec is not None:
+            self._mids[delivery.tag] = msg.id
+            self.rec.record("sent", conn=1, link=delivery.link.name, address=address, mid=msg.id,
+                            size=len(msg.encode()))
+
+    def settled(self, delivery, address: str) -> None:
+        if self.rec is not None:
+            self.rec.record("settled", conn=1, link=delivery.link.name, address=address,
+                            mid=self._mids.pop(delivery.tag, None),
+                            outcome=_OUTCOME_NAMES.get(delivery.remote_state))
+
+    def received(self, event, address: str, outcome: str) -> None:
+        if self.rec is not None:
+            msg = event.message
+            self.rec.record("received", conn=1, link=event.link.name, address=address, mid=msg.id,
+                            size=len(msg.encode()), outcome=outcome)
+
+    def close(self) -> None:
+        if self.rec is not None:
+            self.rec.close()
+
+
+def _rejects(i: int, reject_every: int) -> bool:
+    """Whether the consumer rejects its i-th message (0-based): every Nth one."""
+    return reject_every > 0 and i % reject_every == reject_every - 1
 
 
 class Daemon:
@@ -94,12 +145,15 @@ class Daemon:
 class Brokerless(MessagingHandler):
     """Producer first, blocked without credit; the consumer arrives later; everything flows."""
 
-    def __init__(self, url: str, address: str, count: int):
-        super().__init__()
+    def __init__(self, url: str, address: str, count: int, records: str | None = None, reject_every: int = 0):
+        super().__init__(auto_accept=False)
         self.url, self.address, self.count = url, address, count
-        self.sent = self.accepted = self.received = 0
+        self.sent = self.accepted = self.rejected = self.received = 0
         self.conn = self.sender = None
         self.blocked_reported = False
+        self.reject_every = reject_every
+        self.producer_records = Records(records, "producer")
+        self.consumer_records = Records(records, "consumer")
 
     def on_start(self, event):
         self.conn = event.container.connect(self.url)
@@ -120,17 +174,34 @@ class Brokerless(MessagingHandler):
         if self.sent == 0:
             say("producer", f"got credit {self.sender.credit}: a destination exists now")
         while self.sender.credit and self.sent < self.count:
-            self.sender.send(Message(body=f"message {self.sent}"))
+            msg = self.producer_records.message(self.sent, f"message {self.sent}")
+            self.producer_records.sent(self.sender.send(msg), msg, self.address)
             self.sent += 1
 
     def on_message(self, event):
+        reject = _rejects(self.received, self.reject_every)
         self.received += 1
-        say("consumer", f"received '{event.message.body}'")
+        self.consumer_records.received(event, self.address, "rejected" if reject else "accepted")
+        if reject:
+            self.reject(event.delivery)
+        else:
+            self.accept(event.delivery)
+        say("consumer", f"received '{event.message.body}'" + (" and rejected it" if reject else ""))
 
     def on_accepted(self, event):
         self.accepted += 1
-        if self.accepted == self.count:
-            say("producer", f"all {self.count} messages accepted by the consumer (settled end to end)")
+        self._settled(event)
+
+    def on_rejected(self, event):
+        self.rejected += 1
+        self._settled(event)
+
+    def _settled(self, event):
+        self.producer_records.settled(event.delivery, self.address)
+        if self.accepted + self.rejected == self.count:
+            extra = f" ({self.rejected} rejected)" if self.rejected else ""
+            say("producer", f"all {self.count} messages accepted by the consumer (settled end to end){extra}"
+                if not self.rejected else f"all {self.count} messages settled end to end{extra}")
             self.conn.close()
 
 
@@ -139,27 +210,39 @@ def main() -> None:
     """tddemo: narrated demonstrations against real tdrouterd processes."""
 
 
+def _records_options(f):
+    f = click.option("--reject-every", type=click.IntRange(0), default=0, show_default=True,
+                     help="The consumer rejects every Nth message (0: accepts all).")(f)
+    return click.option("--records", type=click.Path(file_okay=False), default=None,
+                        help="Write client flow records (sent/settled/received) into this directory.")(f)
+
+
 @main.command()
 @click.option("--count", default=5, show_default=True, help="Messages to send.")
 @click.option("--address", default="demo/brokerless", show_default=True)
-def brokerless(count: int, address: str) -> None:
+@_records_options
+def brokerless(count: int, address: str, records: str | None, reject_every: int) -> None:
     """No broker: the producer is blocked until a consumer exists, then messages flow."""
     with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
             Daemon("router.daemon", "router.conf", ROUTER_CONF, tmp) as router:
         say("router", f"tdrouterd started on 127.0.0.1:{router.port} (no broker)")
-        demo = Brokerless(f"amqp://127.0.0.1:{router.port}", address, count)
-        Container(demo).run()
-    if demo.received != count or demo.accepted != count:
-        raise click.ClickException(f"expected {count} received and accepted, got "
-                                   f"{demo.received} / {demo.accepted}")
+        demo = Brokerless(f"amqp://127.0.0.1:{router.port}", address, count, records, reject_every)
+        try:
+            Container(demo).run()
+        finally:
+            demo.producer_records.close()
+            demo.consumer_records.close()
+    if demo.received != count or demo.accepted + demo.rejected != count:
+        raise click.ClickException(f"expected {count} received and settled, got "
+                                   f"{demo.received} / {demo.accepted + demo.rejected}")
     say("done", "brokerless: no credit without a consumer; credit and flow as soon as one exists")
 
 
 class _Bounded(MessagingHandler):
     """A demo client that gives up (and stops its container) after ``STEP_TIMEOUT_SECONDS``."""
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, **handler_options):
+        super().__init__(**handler_options)
         self.timed_out = False
 
     def start_timer(self, event) -> None:
@@ -174,11 +257,12 @@ class _Bounded(MessagingHandler):
 class SendAll(_Bounded):
     """Send ``count`` messages as fast as credit allows; stop when all have an outcome."""
 
-    def __init__(self, url: str, address: str, count: int, durable: bool = True):
+    def __init__(self, url: str, address: str, count: int, durable: bool = True, records: str | None = None):
         super().__init__()
         self.url, self.address, self.count, self.durable = url, address, count, durable
         self.sent = self.accepted = self.other = 0
         self.first_credit = None
+        self.records = Records(records, "producer")
 
     def on_start(self, event):
         self.start_timer(event)
@@ -191,15 +275,18 @@ class SendAll(_Bounded):
             self.first_credit = event.sender.credit
             say("producer", f"credit {self.first_credit} at once: the broker's queue takes the messages")
         while event.sender.credit and self.sent < self.count:
-            event.sender.send(Message(body=f"message {self.sent}", durable=self.durable))
+            msg = self.records.message(self.sent, f"message {self.sent}", self.durable)
+            self.records.sent(event.sender.send(msg), msg, self.address)
             self.sent += 1
 
     def on_accepted(self, event):
         self.accepted += 1
+        self.records.settled(event.delivery, self.address)
         self._maybe_done(event)
 
     def on_rejected(self, event):
         self.other += 1
+        self.records.settled(event.delivery, self.address)
         self._maybe_done(event)
 
     on_released = on_rejected
@@ -213,10 +300,13 @@ class SendAll(_Bounded):
 class ReceiveAll(_Bounded):
     """Receive ``count`` messages (accepting them) and stop."""
 
-    def __init__(self, url: str, address: str, count: int):
-        super().__init__()
+    def __init__(self, url: str, address: str, count: int, records: str | None = None, reject_every: int = 0):
+        super().__init__(auto_accept=False)  # the outcome is chosen per message (--reject-every)
         self.url, self.address, self.count = url, address, count
         self.bodies: list = []
+        self.reject_every = reject_every
+        self.rejected = 0
+        self.records = Records(records, "consumer")
 
     def on_start(self, event):
         self.start_timer(event)
@@ -225,11 +315,20 @@ class ReceiveAll(_Bounded):
         say("consumer", f"attached to '{self.address}'")
 
     def on_message(self, event):
+        reject = _rejects(len(self.bodies), self.reject_every)
         self.bodies.append(event.message.body)
+        self.records.received(event, self.address, "rejected" if reject else "accepted")
+        if reject:
+            self.rejected += 1
+            self.reject(event.delivery)
+        else:
+            self.accept(event.delivery)
         if len(self.bodies) in (1, self.count):
             say("consumer", f"received '{event.message.body}' ({len(self.bodies)} of {self.count})")
         if len(self.bodies) == self.count:
-            event.container.stop()  # the handler accepts this delivery on return, before any I/O
+            if self.rejected:
+                say("consumer", f"rejected {self.rejected} of them")
+            event.container.stop()  # the outcome above goes out before the container stops
 
 
 WAYPOINT_ROUTER_CONF = ROUTER_CONF + """address {
@@ -283,15 +382,22 @@ linkRoute {
 """
 
 
-def _store_then_drain(url: str, address: str, count: int) -> None:
-    sender = SendAll(url, address, count)
-    Container(sender).run()
+def _store_then_drain(url: str, address: str, count: int, records: str | None = None,
+                      reject_every: int = 0) -> None:
+    sender = SendAll(url, address, count, records=records)
+    try:
+        Container(sender).run()
+    finally:
+        sender.records.close()
     if sender.accepted != count:
         raise click.ClickException(f"only {sender.accepted} of {count} messages were accepted")
     say("", "no consumer exists anywhere; the messages wait in the broker")
     time.sleep(1.0)
-    receiver = ReceiveAll(url, address, count)
-    Container(receiver).run()
+    receiver = ReceiveAll(url, address, count, records, reject_every)
+    try:
+        Container(receiver).run()
+    finally:
+        receiver.records.close()
     if receiver.bodies != [f"message {i}" for i in range(count)]:
         raise click.ClickException(f"expected {count} messages in order, got {len(receiver.bodies)}")
     say("consumer", f"drained all {count} messages, in order")
@@ -299,7 +405,8 @@ def _store_then_drain(url: str, address: str, count: int) -> None:
 
 @main.command()
 @click.option("--count", default=100, show_default=True, help="Messages to send.")
-def brokered(count: int) -> None:
+@_records_options
+def brokered(count: int, records: str | None, reject_every: int) -> None:
     """A broker attached as a peer: send now, consume later."""
     with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
             Daemon("router.daemon", "router.conf", WAYPOINT_ROUTER_CONF, tmp) as router:
@@ -309,13 +416,14 @@ def brokered(count: int) -> None:
         with Daemon("broker.daemon", "broker.xml", xml, tmp):
             say("broker", "tdbroker attached to the router as a peer for 'queue'")
             time.sleep(0.5)  # the peer links attach
-            _store_then_drain(f"amqp://127.0.0.1:{router.port}", "queue", count)
+            _store_then_drain(f"amqp://127.0.0.1:{router.port}", "queue", count, records, reject_every)
     say("done", "brokered: the producer never waited for a consumer; the broker stored and forwarded")
 
 
 @main.command()
 @click.option("--count", default=100, show_default=True, help="Messages to send.")
-def linkroute(count: int) -> None:
+@_records_options
+def linkroute(count: int, records: str | None, reject_every: int) -> None:
     """The same flow through link routes to the broker (prefix 'test', both directions)."""
     with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp:
         xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="test.queue", connections="")
@@ -326,7 +434,7 @@ def linkroute(count: int) -> None:
             say("router", f"tdrouterd on 127.0.0.1:{router.port}, connector 'my-broker', "
                           "link routes for 'test' in and out")
             time.sleep(0.5)  # the router's connector reaches the broker
-            _store_then_drain(f"amqp://127.0.0.1:{router.port}", "test.queue", count)
+            _store_then_drain(f"amqp://127.0.0.1:{router.port}", "test.queue", count, records, reject_every)
     say("done", "linkroute: the clients' links were proxied to the broker's queue")
 
 
