@@ -36,7 +36,7 @@ class FlowHooks:
             return
         ind.flow = mid or ""
         address = rl.address.name if rl.address is not None else (to or None)
-        self.flow.record("ingress", node=self.id, conn=rl.conn.engine.id if rl.conn else None, link=rl.id,
+        self.flow.record("ingress", conn=rl.conn.engine.id if rl.conn else None, link=rl.id,
                          address=address, phase=rl.address.phase if rl.address is not None else None,
                          mid=mid, size=len(msg))
 
@@ -46,14 +46,14 @@ class FlowHooks:
         if ol.inter_router:
             ra = ind.ra
             trace = list(ra.trace or ()) + [self.id] if ra is not None else [self.id]
-        self.flow.record("egress", node=self.id, conn=ol.conn.engine.id, link=ol.id,
+        self.flow.record("egress", conn=ol.conn.engine.id, link=ol.id,
                          address=addr.name if addr is not None else None,
                          phase=addr.phase if addr is not None else None,
                          mid=ind.flow or None, size=len(ind.msg) if ind.msg is not None else None, trace=trace)
 
     def flow_settle(self, ind, state: int) -> None:
         link = ind.link
-        self.flow.record("settle", node=self.id, conn=link.conn.engine.id if link.conn else None,
+        self.flow.record("settle", conn=link.conn.engine.id if link.conn else None,
                          link=getattr(link, "id", None), mid=ind.flow or None,
                          outcome=OUTCOME_NAMES.get(state, str(state)))
 

@@ -224,7 +224,7 @@ def _records_options(f):
 def brokerless(count: int, address: str, records: str | None, reject_every: int) -> None:
     """No broker: the producer is blocked until a consumer exists, then messages flow."""
     with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
-            Daemon("router.daemon", "router.conf", ROUTER_CONF, tmp) as router:
+            Daemon("router.daemon", "router.conf", ROUTER_CONF + _router_flow(records), tmp) as router:
         say("router", f"tdrouterd started on 127.0.0.1:{router.port} (no broker)")
         demo = Brokerless(f"amqp://127.0.0.1:{router.port}", address, count, records, reject_every)
         try:
@@ -351,6 +351,7 @@ BROKER_XML = """<?xml version="1.0" encoding="UTF-8"?>
   <address-settings>
     <address-setting match="#"><auto-create-queues>true</auto-create-queues></address-setting>
   </address-settings>
+  {flow}
   {connections}
 </core>
 </configuration>
@@ -382,6 +383,20 @@ linkRoute {
 """
 
 
+def _router_flow(records: str | None) -> str:
+    """With --records the router writes its own records (ingress/egress/settle) beside the clients'."""
+    if not records:
+        return ""
+    return f"flowRecords {{\n    directory: {os.path.abspath(records)}\n}}\n"
+
+
+def _broker_flow(records: str | None) -> str:
+    """With --records the broker writes store/deliver/settle records too."""
+    if not records:
+        return ""
+    return f'<flow-records directory="{os.path.abspath(records)}"/>'
+
+
 def _store_then_drain(url: str, address: str, count: int, records: str | None = None,
                       reject_every: int = 0) -> None:
     sender = SendAll(url, address, count, records=records)
@@ -409,9 +424,9 @@ def _store_then_drain(url: str, address: str, count: int, records: str | None = 
 def brokered(count: int, records: str | None, reject_every: int) -> None:
     """A broker attached as a peer: send now, consume later."""
     with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
-            Daemon("router.daemon", "router.conf", WAYPOINT_ROUTER_CONF, tmp) as router:
+            Daemon("router.daemon", "router.conf", WAYPOINT_ROUTER_CONF + _router_flow(records), tmp) as router:
         say("router", f"tdrouterd on 127.0.0.1:{router.port}; address 'queue' is a waypoint")
-        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="queue",
+        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="queue", flow=_broker_flow(records),
                                 connections=PEER_CONNECTION.format(port=router.port))
         with Daemon("broker.daemon", "broker.xml", xml, tmp):
             say("broker", "tdbroker attached to the router as a peer for 'queue'")
@@ -426,9 +441,11 @@ def brokered(count: int, records: str | None, reject_every: int) -> None:
 def linkroute(count: int, records: str | None, reject_every: int) -> None:
     """The same flow through link routes to the broker (prefix 'test', both directions)."""
     with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp:
-        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="test.queue", connections="")
+        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="test.queue", connections="",
+                                flow=_broker_flow(records))
         with Daemon("broker.daemon", "broker.xml", xml, tmp) as broker, \
-                Daemon("router.daemon", "router.conf", LINK_ROUTE_ROUTER_CONF.replace("BROKER_PORT", str(broker.port)),
+                Daemon("router.daemon", "router.conf",
+                       LINK_ROUTE_ROUTER_CONF.replace("BROKER_PORT", str(broker.port)) + _router_flow(records),
                        tmp) as router:
             say("broker", f"tdbroker on 127.0.0.1:{broker.port}")
             say("router", f"tdrouterd on 127.0.0.1:{router.port}, connector 'my-broker', "

@@ -41,6 +41,9 @@ def test_ingress_egress_settle_with_outcomes(tmp_path):
     assert by[("settle", "m-1")]["outcome"] == "accepted"
     assert by[("settle", "m-2")]["outcome"] == "rejected"
     assert all(isinstance(r["ts"], int) for r in rows)
+    # Each line is a plain JSON object: one "node" key (Spark's reader drops lines with duplicates).
+    for f in tmp_path.glob("*.jsonl"):
+        assert all(line.count('"node"') == 1 for line in f.read_text().splitlines())
 
 
 def test_sampling_is_by_message_id(tmp_path):
