@@ -112,7 +112,12 @@ class MeshForwarding:
             return
         ind.ra = ra
         ind.msg = stripped
-        addr = self.addresses.get(self.parser.key(to, ra.phase or 0)) if to else None
+        if not to:
+            addr = None
+        elif ra.phase:
+            addr = self.addresses.get(self.parser.key(to, ra.phase))
+        else:
+            addr = self.addresses.get(self.parser.key_for_to(to))  # memoised: addresses repeat
         if addr is None:
             self._no_route(ind, None)
             return
@@ -160,6 +165,8 @@ class MeshForwarding:
                 addr.rr += 1
             else:
                 targets = [remote[0]]
+        elif not rlinks and len(remote) == 1:
+            targets = remote  # one router serves it: nothing to balance
         else:
             targets = [self._pick_balanced_mesh(addr, rlinks, remote)]
         if ra is None:

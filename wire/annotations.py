@@ -33,6 +33,12 @@ __all__ = [
 ROUTER_PREFIX = b"x-opt-qd."
 _PLEN = len(ROUTER_PREFIX)
 
+# Router-only annotation sections recur (one per address, ingress and path): split and set keep what
+# they computed for them. Bounded so that an endless variety of addresses cannot grow them forever.
+SECTION_CACHE_LIMIT = 4096
+_SPLIT_CACHE: dict = {}    # section bytes -> RouterAnnotations (shared: callers must not mutate them)
+_SECTION_CACHE: dict = {}  # (to, phase, ingress, trace tuple, stream) -> section bytes
+
 
 class RouterAnnotations:
     """The router's own message annotations. A field is None when its key is absent (or null)."""
@@ -276,6 +282,12 @@ def split_router_annotations(msg: bytes) -> tuple[RouterAnnotations | None, byte
         if loc is None:
             return None, msg
         start, vpos, send = loc
+        section = msg[start:send]
+        if type(section) is not bytes:
+            section = bytes(section)
+        ra = _SPLIT_CACHE.get(section)
+        if ra is not None:  # a section seen before that held router keys only
+            return ra, msg[:start] + msg[send:]
         if msg.find(ROUTER_PREFIX, vpos, send) < 0:
             return None, msg
         spans, nuser, router = _ma_split(msg, vpos, send)
@@ -293,6 +305,12 @@ def split_router_annotations(msg: bytes) -> tuple[RouterAnnotations | None, byte
                 ra.phase = _int_value(msg, vs, ve, "phase")
             elif name == b"stream":
                 ra.stream = _int_value(msg, vs, ve, "stream")
+        if not nuser:
+            # Router keys only (what routers send when the client added no annotations): the same
+            # bytes recur for every message of an address and path, so remember what they say.
+            if len(_SPLIT_CACHE) >= SECTION_CACHE_LIMIT:
+                _SPLIT_CACHE.clear()
+            _SPLIT_CACHE[section] = ra
         return ra, _rebuild_ma(msg, start, vpos, send, spans, nuser, b"", 0)
     except CodecError:
         raise
@@ -384,19 +402,29 @@ def set_router_annotations(msg: bytes, *, to_override=None, phase=None, ingress=
     (smallint when it fits), ``trace`` as a list of strings. The message-annotations section is created
     after header/delivery-annotations when absent, and dropped when it ends up empty. Returns ``msg``
     itself when nothing changes (no router keys present and none given)."""
-    extra, nextra = _router_entries(to_override, phase, ingress, trace, stream)
     try:
         pos, code, vpos = _walk(msg, 2)
+        if code != 0x72:
+            # The mesh's common case (a client message without annotations, or one stripped on
+            # arrival): the whole section is the same for every message of an address and path.
+            key = (to_override, phase, ingress, tuple(trace) if trace is not None else None, stream)
+            section = _SECTION_CACHE.get(key)
+            if section is None:
+                extra, nextra = _router_entries(to_override, phase, ingress, trace, stream)
+                section = b"".join((b"\x00\x53\x72", _map_header(len(extra), 2 * nextra), extra)) if nextra else b""
+                if len(_SECTION_CACHE) >= SECTION_CACHE_LIMIT:
+                    _SECTION_CACHE.clear()
+                _SECTION_CACHE[key] = section
+            if not section:
+                return msg
+            return b"".join((msg[:pos], section, msg[pos:]))
+        extra, nextra = _router_entries(to_override, phase, ingress, trace, stream)
         if code == 0x72:
             send = _section_end(msg, vpos, 2, len(msg))
             spans, nuser, router = _ma_split(msg, vpos, send)
             if not router and not nextra:
                 return msg
             return _rebuild_ma(msg, pos, vpos, send, spans, nuser, extra, nextra)
-        if not nextra:
-            return msg
-        return b"".join((msg[:pos], b"\x00\x53\x72", _map_header(len(extra), 2 * nextra), extra,
-                         msg[pos:]))
     except CodecError:
         raise
     except _DECODE_ERRORS as e:

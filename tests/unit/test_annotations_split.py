@@ -38,3 +38,15 @@ def test_split_rejects_a_bad_router_value():
     bad = set_router_annotations(MESSAGES[0], ingress="A").replace(b"\xa1\x01A", b"\x54\x01", 1)
     with pytest.raises(CodecError):
         split_router_annotations(bad)
+
+
+def test_router_only_sections_are_remembered_and_user_annotations_are_not():
+    plain = Message(address="a", body="x").encode()
+    annotated = set_router_annotations(plain, ingress="A", trace=["A", "B"])
+    first, s1 = split_router_annotations(annotated)
+    again, s2 = split_router_annotations(bytes(annotated))
+    assert again is first and s1 == s2 == strip_router_annotations(annotated)
+    with_user = set_router_annotations(MESSAGES[1], ingress="A", trace=["A"])
+    r1, _ = split_router_annotations(with_user)
+    r2, _ = split_router_annotations(with_user)
+    assert r1 == r2 and r1 is not r2  # user entries vary per message: not cached
