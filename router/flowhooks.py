@@ -28,14 +28,13 @@ class FlowHooks:
 
     def flow_ingress(self, ind, rl, msg: bytes) -> None:
         try:
-            mid, _user, to = properties_fields(msg, 3)
+            mid = message_id_str(properties_fields(msg, 1)[0])
+            if not self.flow.wants(mid):
+                return  # most messages at a low sample rate: only the message-id was decoded
+            address = rl.address.name if rl.address is not None else properties_fields(msg, 3)[2]
         except CodecError:
             return
-        mid = message_id_str(mid)
-        if not self.flow.wants(mid):
-            return
         ind.flow = mid or ""
-        address = rl.address.name if rl.address is not None else (to or None)
         self.flow.record("ingress", conn=rl.conn.engine.id if rl.conn else None, link=rl.id,
                          address=address, phase=rl.address.phase if rl.address is not None else None,
                          mid=mid, size=len(msg))
