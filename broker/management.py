@@ -50,6 +50,15 @@ def _full_type(name: str | None) -> str | None:
     return full if full in ATTRIBUTES else None
 
 
+def _facade_error(exc: Exception):
+    """The facade's errors as status codes: KeyError = no such thing (404), ValueError = invalid (400)."""
+    if isinstance(exc, KeyError):
+        return wm.NOT_FOUND, f"Not found: {exc.args[0] if exc.args else exc}"
+    if isinstance(exc, ValueError):
+        return wm.BAD_REQUEST, str(exc)
+    return None
+
+
 class BrokerManagement:
     """Answers management requests for one broker (``handle(msg) -> reply bytes | None``)."""
 
@@ -57,30 +66,7 @@ class BrokerManagement:
         self.broker = broker
 
     def handle(self, data: bytes) -> bytes | None:
-        reply_to, correlation_id = wm.reply_target(data)
-        try:
-            req = wm.parse_request(data)
-            status, body = self.dispatch(req)
-            description = wm.STATUS_TEXT[status]
-        except ManagementError as exc:
-            status, description, body = exc.status, exc.description, {}
-        except KeyError as exc:
-            status, description, body = wm.NOT_FOUND, f"Not found: {exc.args[0] if exc.args else exc}", {}
-        except ValueError as exc:
-            status, description, body = wm.BAD_REQUEST, str(exc), {}
-        except Exception as exc:  # an agent or facade bug must not take the broker down
-            log.exception("management request failed")
-            status, description, body = wm.INTERNAL_ERROR, f"internal error: {exc}", {}
-        if status >= 400:
-            log.info("management request answered %d: %s", status, description)
-        if not reply_to:
-            return None
-        try:
-            return wm.build_response(reply_to, correlation_id, status, description, body)
-        except Exception as exc:  # a value the AMQP encoder refuses: say so rather than stay silent
-            log.exception("management response could not be encoded")
-            return wm.build_response(reply_to, correlation_id, wm.INTERNAL_ERROR,
-                                     f"internal error: response not encodable: {exc}", {})
+        return wm.answer(data, self.dispatch, log, _facade_error)
 
     # -- rows ------------------------------------------------------------------------------------------
     def rows(self, type_name: str) -> list[dict]:

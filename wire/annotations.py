@@ -199,6 +199,23 @@ def _trace_value(b, vs, ve):
     return v
 
 
+def _annotations_from(msg, router) -> RouterAnnotations:
+    """The RouterAnnotations for the router entries ``_ma_split`` found (unknown keys ignored)."""
+    ra = RouterAnnotations()
+    for name, vs, ve in router:
+        if name == b"to":
+            ra.to_override = _str_value(msg, vs, ve, "to")
+        elif name == b"ingress":
+            ra.ingress = _str_value(msg, vs, ve, "ingress")
+        elif name == b"trace":
+            ra.trace = _trace_value(msg, vs, ve)
+        elif name == b"phase":
+            ra.phase = _int_value(msg, vs, ve, "phase")
+        elif name == b"stream":
+            ra.stream = _int_value(msg, vs, ve, "stream")
+    return ra
+
+
 def read_router_annotations(msg: bytes) -> RouterAnnotations | None:
     """The router's annotations, or None when the message-annotations map has no ``x-opt-qd.*`` keys.
     Unknown router keys (``x-opt-qd.class``, the bare prefix, ...) are ignored but still make the result
@@ -213,19 +230,7 @@ def read_router_annotations(msg: bytes) -> RouterAnnotations | None:
         spans, nuser, router = _ma_split(msg, vpos, send)
         if not router:
             return None
-        ra = RouterAnnotations()
-        for name, vs, ve in router:
-            if name == b"to":
-                ra.to_override = _str_value(msg, vs, ve, "to")
-            elif name == b"ingress":
-                ra.ingress = _str_value(msg, vs, ve, "ingress")
-            elif name == b"trace":
-                ra.trace = _trace_value(msg, vs, ve)
-            elif name == b"phase":
-                ra.phase = _int_value(msg, vs, ve, "phase")
-            elif name == b"stream":
-                ra.stream = _int_value(msg, vs, ve, "stream")
-        return ra
+        return _annotations_from(msg, router)
     except CodecError:
         raise
     except _DECODE_ERRORS as e:
@@ -293,18 +298,7 @@ def split_router_annotations(msg: bytes) -> tuple[RouterAnnotations | None, byte
         spans, nuser, router = _ma_split(msg, vpos, send)
         if not router:
             return None, msg
-        ra = RouterAnnotations()
-        for name, vs, ve in router:
-            if name == b"to":
-                ra.to_override = _str_value(msg, vs, ve, "to")
-            elif name == b"ingress":
-                ra.ingress = _str_value(msg, vs, ve, "ingress")
-            elif name == b"trace":
-                ra.trace = _trace_value(msg, vs, ve)
-            elif name == b"phase":
-                ra.phase = _int_value(msg, vs, ve, "phase")
-            elif name == b"stream":
-                ra.stream = _int_value(msg, vs, ve, "stream")
+        ra = _annotations_from(msg, router)
         if not nuser:
             # Router keys only (what routers send when the client added no annotations): the same
             # bytes recur for every message of an address and path, so remember what they say.

@@ -187,6 +187,35 @@ def build_response(reply_to: str | None, correlation_id: Any, status: int, descr
     return bytes(msg.encode())
 
 
+def answer(data: bytes, dispatch, log, translate=None) -> bytes | None:
+    """The common body of an agent: parse a request, ``dispatch(req) -> (status, body)``, turn errors into
+    status codes (ManagementError as given; ``translate(exc) -> (status, description)`` for others it
+    knows; anything else 500, logged), and build the response. None when the request had no reply_to."""
+    reply_to, correlation_id = reply_target(data)
+    try:
+        req = parse_request(data)
+        status, body = dispatch(req)
+        description = STATUS_TEXT[status]
+    except ManagementError as exc:
+        status, description, body = exc.status, exc.description, {}
+    except Exception as exc:  # an agent bug must not take the daemon down
+        known = translate(exc) if translate is not None else None
+        if known is None:
+            log.exception("management request failed")
+            known = (INTERNAL_ERROR, f"internal error: {exc}")
+        (status, description), body = known, {}
+    if status >= 400:
+        log.info("management request answered %d: %s", status, description)
+    if not reply_to:
+        return None
+    try:
+        return build_response(reply_to, correlation_id, status, description, body)
+    except Exception as exc:  # a value the AMQP encoder refuses: say so rather than stay silent
+        log.exception("management response could not be encoded")
+        return build_response(reply_to, correlation_id, INTERNAL_ERROR,
+                              f"internal error: response not encodable: {exc}", {})
+
+
 def build_request(operation: str, *, type: str = NODE_TYPE, name: str | None = None,
                   identity: str | None = None, body: Any = None, reply_to: str | None = None,
                   correlation_id: Any = None, to: str | None = MANAGEMENT_ADDRESS, **props) -> bytes:

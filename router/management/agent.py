@@ -63,26 +63,7 @@ class ManagementAgent:
     # -- entry point --------------------------------------------------------------------------------
     def handle(self, data: bytes) -> bytes | None:
         """Answer one request message; None when it has no reply_to (nothing can be sent back)."""
-        reply_to, correlation_id = wm.reply_target(data)
-        try:
-            req = wm.parse_request(data)
-            status, body = self.dispatch(req)
-            description = wm.STATUS_TEXT[status]
-        except ManagementError as exc:
-            status, description, body = exc.status, exc.description, {}
-        except Exception as exc:  # a bug in an adapter must not take the router down
-            log.exception("management request failed")
-            status, description, body = wm.INTERNAL_ERROR, f"internal error: {exc}", {}
-        if status >= 400:
-            log.info("management request answered %d: %s", status, description)
-        if not reply_to:
-            return None
-        try:
-            return wm.build_response(reply_to, correlation_id, status, description, body)
-        except Exception as exc:  # a value the AMQP encoder refuses: say so rather than stay silent
-            log.exception("management response could not be encoded")
-            return wm.build_response(reply_to, correlation_id, wm.INTERNAL_ERROR,
-                                     f"internal error: response not encodable: {exc}", {})
+        return wm.answer(data, self.dispatch, log)
 
     def dispatch(self, req: wm.Request) -> tuple[int, Any]:
         op = req.operation
