@@ -325,7 +325,7 @@ async def _bench(opts: dict, host: str | None, port: int | None, router_pid: int
     if host is not None:
         out["router"] = await run_via_peer(host, port, senders=opts["senders"], receivers=opts["receivers"],
                                            router_pid=router_pid, rx_host=opts.get("rx_host"),
-                                           rx_port=opts.get("rx_port"), **common)
+                                           rx_port=opts.get("rx_port"), records=opts.get("records"), **common)
     if opts["direct"]:
         out["direct"] = await run_direct(senders=opts["senders"], **common)
     return out
@@ -335,10 +335,10 @@ def run_bench(*, senders: int = 1, receivers: int = 1, messages: int = 200000, s
               presettled: bool = False, window: int = 1000, address: str = "bench",
               router_config: str | None = None, router: str | None = None, router_pid: int | None = None,
               direct: bool = True, duration_limit: float = 120.0, no_router: bool = False,
-              hops: int = 0) -> dict:
+              hops: int = 0, records: str | None = None) -> dict:
     """Run the bench and return the report dict (what ``--json`` prints)."""
     opts = dict(senders=senders, receivers=receivers, messages=messages, size=size, presettled=presettled,
-                window=window, address=address, direct=direct, duration_limit=duration_limit)
+                window=window, address=address, direct=direct, duration_limit=duration_limit, records=records)
     MessageTemplate(size)  # validates the size
     proc = None
     mesh: list = []
@@ -566,11 +566,14 @@ def format_report(rep: dict) -> str:
 @click.option("--rabbitmq", metavar="start|URL",
               help="With --brokered: the same loads against RabbitMQ's AMQP 1.0 queue ('start': a private node).")
 @click.option("--durable-only", is_flag=True, help="With --brokered: only the durable loads.")
+@click.option("--records", type=click.Path(file_okay=False),
+              help="Write client flow records (sent/received/settled, one message-id each) into this directory "
+                   "for tdflow; slower, so not a throughput figure.")
 @click.option("--hops", default=0, show_default=True, type=click.IntRange(0, MAX_HOPS),
               help="Through a line of HOPS+1 interior routers (senders on the first, receivers on the "
                    "last); router CPU is the sum over all of them.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
-         direct, as_json, duration_limit, brokered, rabbitmq, durable_only, hops) -> None:
+         direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, hops) -> None:
     """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run."""
     if router_config and router_url:
         raise click.UsageError("give --router-config or --router, not both")
@@ -593,7 +596,8 @@ def main(senders, receivers, messages, size, presettled, window, address, router
     try:
         rep = run_bench(senders=senders, receivers=receivers, messages=messages, size=size, presettled=presettled,
                         window=window, address=address, router_config=router_config, router=router_url,
-                        router_pid=router_pid, direct=direct, duration_limit=duration_limit, hops=hops)
+                        router_pid=router_pid, direct=direct, duration_limit=duration_limit, hops=hops,
+                        records=records)
     except BenchError as exc:
         click.echo(f"tdbench: {exc}", err=True)
         sys.exit(2)

@@ -28,7 +28,8 @@ import proton
 import trio
 
 from wire import raw
-from wire.codec import encode_message, message_body_bytes
+from wire.codec import encode_message, message_body_bytes, properties_fields
+from wire.flowrecords import FlowRecorder, message_id_str
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from wire.driver import run_connection, serve_listener
 
@@ -48,6 +49,9 @@ TIMESTAMP_BYTES = 8
 # The max-frame-size the bench's receivers advertise: messages up to MAX_UNSPLIT bytes arrive in one frame.
 CLIENT_MAX_FRAME = 65536
 MAX_UNSPLIT = CLIENT_MAX_FRAME - 4096
+
+# Flow records (--records): message-ids are the sender's prefix and a sequence number this wide.
+ID_DIGITS = 12
 
 _now = time.perf_counter_ns
 _pack_ts = struct.Struct("<q").pack
@@ -80,13 +84,19 @@ class MessageTemplate:
     ``size`` bytes before the end of the message whatever a router adds in front of the body.
     """
 
-    def __init__(self, size: int, address: str | None = None, *, durable: bool = False):
+    def __init__(self, size: int, address: str | None = None, *, durable: bool = False,
+                 id_prefix: str | None = None):
         if size < TIMESTAMP_BYTES:
             raise ValueError(f"message size must be at least {TIMESTAMP_BYTES} bytes (the timestamp)")
         self.size = size
         body = bytes(TIMESTAMP_BYTES) + b"\xa5" * (size - TIMESTAMP_BYTES)
+        # With flow records every message needs its own message-id: a fixed-width placeholder that
+        # each send overwrites (id_prefix + ID_DIGITS digits).
+        message_id = None if id_prefix is None else id_prefix + "0" * ID_DIGITS
         # durable: a header with durable=true, which brokers store (and fsync) before accepting.
-        msg = encode_message(body=body, to=address, durable=durable)
+        msg = encode_message(body=body, to=address, durable=durable, message_id=message_id)
+        self.id_prefix = id_prefix
+        self.id_off = None if message_id is None else msg.index(message_id.encode()) + len(id_prefix)
         off = len(msg) - size
         assert msg[off:] == body and message_body_bytes(msg) == body
         self.head = msg[:off]
@@ -131,6 +141,7 @@ class LoadRun:
         self.size = size
         self.presettled = presettled
         self.router_pid = router_pid
+        self.recorder = None  # wire.flowrecords.FlowRecorder with --records: sent/received/settled
         self.sent = 0
         self.received = 0
         self.accepted = 0
@@ -228,7 +239,7 @@ class Sender:
     """
 
     __slots__ = ("ptr", "obj", "engine", "run", "remaining", "unsettled", "window", "refill", "presettled",
-                 "seq", "head", "tail", "tags", "ring", "_tag_owner")
+                 "seq", "head", "tail", "tags", "ring", "_tag_owner", "template", "mids", "address")
 
     def __init__(self, obj, engine: EngineConnection, run: LoadRun, count: int, window: int,
                  template: MessageTemplate):
@@ -244,6 +255,9 @@ class Sender:
         self.seq = 0
         self.head = template.head
         self.tail = template.tail
+        self.template = template
+        self.mids: dict = {}  # with records: delivery pointer -> message-id, until its outcome
+        self.address = ""
         self.ring = ring = window + 1024
         self._tag_owner, self.tags = _tag_ring(ring)
 
@@ -258,6 +272,9 @@ class Sender:
             if free < n:
                 n = free
         if n <= 0:
+            return
+        if self.run.recorder is not None:
+            self._pump_recorded(n)
             return
         payload = self.head + _pack_ts(_now()) + self.tail
         size = len(payload)
@@ -288,6 +305,35 @@ class Sender:
         self.engine.wake()
 
 
+    def _pump_recorded(self, n: int) -> None:
+        """The same sends, one message-id and one ``sent`` record per message (the --records run)."""
+        ptr = self.ptr
+        head, tail, t = self.head, self.tail, self.template
+        off = t.id_off
+        rec = self.run.recorder
+        seq = self.seq
+        ts = _pack_ts(_now())
+        for _ in range(n):
+            seq += 1
+            num = b"%0*d" % (ID_DIGITS, seq)
+            payload = head[:off] + num + head[off + ID_DIGITS:] + ts + tail
+            d = _pn_delivery(ptr, self.tags[seq % self.ring])
+            _pn_link_send(ptr, payload, len(payload))
+            _advance(ptr)
+            mid = t.id_prefix + num.decode()
+            rec.record("sent", mid=mid, address=self.address, size=len(payload))
+            if self.presettled:
+                _settle(d)
+            else:
+                self.mids[d] = mid
+        if not self.presettled:
+            self.unsettled += n
+        self.seq = seq
+        self.remaining -= n
+        self.run.sent += n
+        self.engine.wake()
+
+
 def _tag_ring(n: int):
     """``n`` distinct 4-byte delivery tags as ready-made ``pn_bytes_t`` values (and their memory)."""
     buf = raw.ffi.new("char[]", 4 * n)
@@ -305,14 +351,15 @@ def _tag_ring(n: int):
 class Receiver:
     """One receiving link: grants credit and hands it back ``batch`` at a time."""
 
-    __slots__ = ("ptr", "obj", "owed", "batch", "received")
+    __slots__ = ("ptr", "obj", "owed", "batch", "received", "address")
 
-    def __init__(self, ptr, obj, batch: int):
+    def __init__(self, ptr, obj, batch: int, address: str = ""):
         self.ptr = ptr
         self.obj = obj
         self.owed = 0
         self.batch = batch
         self.received = 0
+        self.address = address
 
 
 class BenchHandler(ConnectionHandler):
@@ -345,6 +392,10 @@ class BenchHandler(ConnectionHandler):
             if not run.presettled:
                 _update(d, ACCEPTED)
             _settle(d)
+            if run.recorder is not None:
+                run.recorder.record("received", mid=message_id_str(properties_fields(msg, 1)[0]),
+                                    address=r.address, size=len(msg),
+                                    outcome=None if run.presettled else "accepted")
             n = run.received + 1
             run.received = n
             r.received += 1
@@ -376,6 +427,9 @@ class BenchHandler(ConnectionHandler):
             run.outcomes[name] = run.outcomes.get(name, 0) + 1
         else:
             return  # not final yet
+        if run.recorder is not None:
+            run.recorder.record("settled", mid=s.mids.pop(d, None), address=s.address,
+                                outcome=OUTCOME_NAMES.get(state, str(state)))
         _settle(d)
         run.settled_out += 1
         s.unsettled -= 1
@@ -524,35 +578,47 @@ async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, me
                        presettled: bool, window: int, address: str, warmup: int, deadline: float,
                        router_pid: int | None = None, durable: bool = False,
                        source_address: str | None = None, rx_host: str | None = None,
-                       rx_port: int | None = None) -> dict:
+                       rx_port: int | None = None, records: str | None = None) -> dict:
     """S senders and R receivers on separate connections to a router (or broker) at host:port, one
     address (``source_address``, when given, is the receivers' address: RabbitMQ names one queue
     differently for its senders and receivers). ``rx_host``/``rx_port``: the receivers attach to another
-    router of a mesh (the inter-router hops bench); ``router_pid`` may then be a list of pids."""
+    router of a mesh (the inter-router hops bench); ``router_pid`` may then be a list of pids.
+    ``records``: write client flow records (sent, received, settled) into this directory; every message
+    then gets its own message-id (slower: a comparison run, not a throughput figure)."""
     run = LoadRun(messages, warmup, size, presettled, router_pid)
-    template = MessageTemplate(size, durable=durable)
-    handler = BenchHandler(run, may_split=template.encoded_size > MAX_UNSPLIT)
-    conns = _Connections()
     pid = os.getpid()
+    if records:
+        run.recorder = FlowRecorder(records, f"tdbench-{pid}")
+    probe = MessageTemplate(size, durable=durable, id_prefix=f"tdbench-{pid}-0-" if records else None)
+    handler = BenchHandler(run, may_split=probe.encoded_size > MAX_UNSPLIT)
+    conns = _Connections()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch, run, deadline)
+        if run.recorder is not None:
+            nursery.start_soon(run.recorder.run)
         try:
             # Receivers first, so the address has a destination when the senders attach.
             for i in range(receivers):
                 e = await conns.open(rx_host or host, rx_port or port, handler, f"tdbench-{pid}-rx{i}", nursery)
                 rcv = attach_receiver(e, f"tdbench-rx{i}", source_address or address, presettled, RECEIVER_CREDIT)
-                handler.rx[rcv._impl] = Receiver(rcv._impl, rcv, RECEIVER_CREDIT_BATCH)
+                handler.rx[rcv._impl] = Receiver(rcv._impl, rcv, RECEIVER_CREDIT_BATCH, address)
                 e.wake()
             for i, count in enumerate(split(messages, senders)):
                 e = await conns.open(host, port, handler, f"tdbench-{pid}-tx{i}", nursery)
                 snd = attach_sender(e, f"tdbench-tx{i}", address, presettled)
-                handler.tx[snd._impl] = Sender(snd, e, run, count, window, template)
+                template = MessageTemplate(size, durable=durable,
+                                           id_prefix=f"tdbench-{pid}-{i}-" if records else None)
+                sender = handler.tx[snd._impl] = Sender(snd, e, run, count, window, template)
+                sender.address = address
                 e.wake()
         except OSError as exc:
             run.errors.append(f"cannot connect to {host}:{port}: {exc}")
             run.done.set()
         await run.done.wait()
         await conns.finish(nursery)
+        nursery.cancel_scope.cancel()  # the recorder's task: it writes what is left as it stops
+    if run.recorder is not None:
+        run.recorder.close()
     return run.result()
 
 

@@ -140,3 +140,23 @@ def test_split_and_urls():
     with pytest.raises(Exception):
         parse_router_url("amqp://example.com:5672")
     assert process_cpu_seconds(os.getpid()) > 0
+
+
+def test_records_give_every_message_an_id_and_a_sent_received_settled_line(tmp_path):
+    rep = run_bench(messages=N, senders=2, receivers=1, duration_limit=60, direct=False, records=str(tmp_path))
+    assert rep["ok"], rep["problems"]
+    rows = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
+    by_event: dict = {}
+    for r in rows:
+        by_event.setdefault(r["event"], []).append(r)
+    sent = {r["mid"] for r in by_event["sent"]}
+    assert len(sent) == N == len(by_event["sent"])
+    assert {r["mid"] for r in by_event["received"]} == sent
+    assert {r["mid"] for r in by_event["settled"]} == sent
+    assert all(r["outcome"] == "accepted" for r in by_event["settled"])
+
+
+def test_hops_bench_runs_through_a_line_of_routers():
+    rep = run_bench(messages=N, hops=2, duration_limit=60, direct=False)
+    assert rep["ok"], rep["problems"]
+    assert rep["hops"] == 2 and rep["router"]["received"] == N
