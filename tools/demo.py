@@ -351,7 +351,6 @@ BROKER_XML = """<?xml version="1.0" encoding="UTF-8"?>
   <address-settings>
     <address-setting match="#"><auto-create-queues>true</auto-create-queues></address-setting>
   </address-settings>
-  {flow}
   {connections}
 </core>
 </configuration>
@@ -426,8 +425,8 @@ def brokered(count: int, records: str | None, reject_every: int) -> None:
     with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
             Daemon("router.daemon", "router.conf", WAYPOINT_ROUTER_CONF + _router_flow(records), tmp) as router:
         say("router", f"tdrouterd on 127.0.0.1:{router.port}; address 'queue' is a waypoint")
-        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="queue", flow=_broker_flow(records),
-                                connections=PEER_CONNECTION.format(port=router.port))
+        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="queue",
+                                connections=_broker_flow(records) + PEER_CONNECTION.format(port=router.port))
         with Daemon("broker.daemon", "broker.xml", xml, tmp):
             say("broker", "tdbroker attached to the router as a peer for 'queue'")
             time.sleep(0.5)  # the peer links attach
@@ -441,8 +440,8 @@ def brokered(count: int, records: str | None, reject_every: int) -> None:
 def linkroute(count: int, records: str | None, reject_every: int) -> None:
     """The same flow through link routes to the broker (prefix 'test', both directions)."""
     with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp:
-        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="test.queue", connections="",
-                                flow=_broker_flow(records))
+        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="test.queue",
+                                connections=_broker_flow(records))
         with Daemon("broker.daemon", "broker.xml", xml, tmp) as broker, \
                 Daemon("router.daemon", "router.conf",
                        LINK_ROUTE_ROUTER_CONF.replace("BROKER_PORT", str(broker.port)) + _router_flow(records),
