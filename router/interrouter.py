@@ -9,8 +9,8 @@ On an ``inter-router`` connection the connector side attaches (reference §4.2):
 The listener side accepts whatever the peer attaches and classifies links by capability. This module
 moves control messages between those links and the routing engine (:mod:`router.mesh`), which owns the
 protocol; data links become ordinary :class:`~router.links.RouterLink` records flagged ``inter_router``
-so the forwarder can use them. We send on the priority-4 data link (Dispatch's default priority) and
-accept messages on any of them.
+so the forwarder can use them. A message goes on the data link of its header priority (4, Dispatch's
+default, when it has no header); messages are accepted on any of them.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ _tags = itertools.count(1)
 class MeshConnection:
     """Per inter-router connection state: its control links, its data links, the neighbour's id."""
 
-    __slots__ = ("rc", "peer_id", "cost", "control_in", "control_out", "data_out", "pending", "up",
-                 "placeholder")
+    __slots__ = ("rc", "peer_id", "cost", "control_in", "control_out", "data_out", "data_links", "pending",
+                 "up", "placeholder")
 
     def __init__(self, rc: RouterConnection, cost: int):
         self.rc = rc
@@ -52,7 +52,8 @@ class MeshConnection:
         self.cost = cost
         self.control_in = None  # raw link pointers
         self.control_out = None
-        self.data_out: RouterLink | None = None  # the priority link we send on
+        self.data_out: RouterLink | None = None  # the default-priority link (routing uses it)
+        self.data_links: dict[int, RouterLink] = {}  # priority -> outgoing data link
         self.pending: deque = deque()  # control messages waiting for credit
         self.up = False
         # Outgoing data links count their egress on an address record of their own (not in the table).
@@ -168,6 +169,7 @@ class InterRouterLinks:
             rl = RouterLink(link, rc, False, m.placeholder, capacity, f"data.out.{priority}")
             rl.inter_router = True
             rc.links[link] = rl
+            m.data_links[priority] = rl
             if priority == DEFAULT_PRIORITY or m.data_out is None:
                 m.data_out = rl
         else:

@@ -25,6 +25,7 @@ import logging
 from wire import raw
 from wire.annotations import RouterAnnotations, set_router_annotations, split_router_annotations
 from wire.codec import CodecError, message_to
+from wire.header import read_header
 from router.addresses import BALANCED, CLOSEST, MULTICAST, UNAVAILABLE, Address
 from router.links import InDelivery
 
@@ -42,6 +43,8 @@ MOBILE_KEY_CLASSES = ("M", "C", "D", "E", "F", "H")
 LINK_ROUTE_KEY_CLASSES = ("C", "D", "E", "F")
 
 _EMPTY_RA = RouterAnnotations()
+DEFAULT_PRIORITY = 4  # a message without a header (AMQP §3.2.1)
+MAX_PRIORITY = 9  # Dispatch has ten priority links; higher priorities share the top one
 
 
 class LocalSource:
@@ -177,6 +180,8 @@ class MeshForwarding:
         for ol in targets:
             if ol.inter_router:
                 ind.mesh_msg = self._annotated(ind, addr, ind.msg)
+                if ind.msg[2:3] == b"\x70":  # a header: its priority picks the data link (§4.2)
+                    targets = self._by_priority(targets, ind.msg)
                 break
         n = len(targets)
         ind.copies += n
@@ -187,6 +192,16 @@ class MeshForwarding:
             if not ol.dirty:
                 ol.dirty = True
                 dirty.append(ol)
+
+    @staticmethod
+    def _by_priority(targets: list, msg: bytes) -> list:
+        try:
+            prio = min(read_header(msg).priority, MAX_PRIORITY)
+        except CodecError:
+            return targets
+        if prio == DEFAULT_PRIORITY:
+            return targets
+        return [ol.conn.mesh.data_links.get(prio, ol) if ol.inter_router else ol for ol in targets]
 
     def _annotated(self, ind: InDelivery, addr: Address, msg: bytes) -> bytes:
         ra = ind.ra

@@ -365,3 +365,22 @@ def _decode(data):
     m = Message()
     m.decode(data)
     return m
+
+
+def test_message_priority_picks_the_inter_router_data_link():
+    h = MeshHarness("A", "B")
+    h.link("A", "B")
+    cons = h.client("B")
+    rcv = cons.receiver("prio", credit=10)
+    h.settle_topology()
+    prod = h.client("A")
+    snd = prod.sender("prio")
+    h.pump()
+    prod.send(snd, Message(body="urgent", priority=9))
+    prod.send(snd, Message(body="normal"))
+    prod.send(snd, Message(body="low", priority=0, durable=True))
+    h.pump()
+    assert sorted(g.body for g in cons.received(rcv)) == ["low", "normal", "urgent"]
+    [mesh] = [rc.mesh for rc in h.routers["A"].connections if rc.mesh]
+    counts = {p: rl.delivery_count for p, rl in mesh.data_links.items()}
+    assert counts[9] == 1 and counts[4] == 1 and counts[0] == 1
