@@ -346,7 +346,7 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
             if addr is not None:
                 addr.inlinks.add(rl)
                 if self.edge is not None:
-                    self.edge.producer_added(addr)
+                    self.edge.producer_added(addr, tgt.address)
             self.grant_initial_credit(rl)
             log.debug("incoming link %s attached to %s", lo.name, addr.key if addr else "(anonymous)")
         engine.wake()

@@ -66,7 +66,7 @@ class EdgeUplink:
                 continue
             if addr.rlinks:
                 self.consumer_added(addr)
-            if any(il.conn is not rc for il in addr.inlinks):
+            if addr.key[0] == "M" and any(il.conn is not rc for il in addr.inlinks):
                 self.producer_added(addr)
         log.info("edge router: uplink connection %d to %s up", rc.engine.id, rc.engine.remote_container)
 
@@ -111,12 +111,18 @@ class EdgeUplink:
         if rl is not None:
             self._close(rl)
 
-    def producer_added(self, addr) -> None:
-        if self.uplink is None or addr.key in self.senders or addr.key[0] != "M":
+    def producer_added(self, addr, link_address: str | None = None) -> None:
+        """A local producer attached to ``addr``: a sender up to the interior for it. Mobile addresses go
+        by name; another router's (``_topo/0/<id>/...``, ``_edge/<id>/...``) by the producer's own
+        target address, which the interior routes."""
+        if self.uplink is None or addr.key in self.senders or addr.key[0] == "L":
+            return
+        target = addr.name if addr.key[0] == "M" else link_address
+        if not target:
             return
         lo = self.session.sender(f"{self.router.id}.edge.out.{addr.key}")
-        lo.target.address = addr.name
-        lo.source.address = addr.name
+        lo.target.address = target
+        lo.source.address = target
         lo.open()
         self.senders[addr.key] = self._track(lo, addr, incoming=False)
 

@@ -278,6 +278,29 @@ def test_edge_to_edge_through_two_interiors(mesh, tmp_path):
     assert c.ids == list(range(100))
 
 
+def test_management_from_an_edge_reaches_a_remote_interior(mesh):
+    """tdstat on an edge router asks another interior (-r): the request goes up the uplink and the
+    reply finds the edge's dynamic address (_edge/<id>/...) through the mesh."""
+    import subprocess
+    import sys
+
+    edge_listener = ("listener {\n    name: edge\n    host: 127.0.0.1\n    port: 0\n    role: edge\n"
+                     "    authenticatePeer: no\n    saslMechanisms: ANONYMOUS\n}")
+    mesh.add("IA", sections=edge_listener)
+    mesh.add("IB", listen=False, connect={"IA": 1})
+    port = mesh["IA"].ports["edge"]
+    mesh.add("EA", listen=False, mode="edge",
+             sections=f"connector {{\n    name: uplink\n    host: 127.0.0.1\n    port: {port}\n    role: edge\n}}")
+    mesh.wait_route("EA", "IB", TIMEOUT)
+    bus = mesh.url("EA").replace("amqp://", "")
+    out = subprocess.run([sys.executable, "-m", "tools.tdstat", "-g", "-r", "IB", "-b", bus, "-t", "10"],
+                         cwd=pathlib.Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[1] == "IB" and "  Router Id                        IB" in lines
+
+
 CONF_MESH = pathlib.Path(__file__).resolve().parents[2] / "conf" / "mesh"
 
 
