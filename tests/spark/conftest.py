@@ -7,7 +7,13 @@ import os
 
 import pytest
 
-pytest.importorskip("pyspark", reason="the Spark tests need pyspark (test extra)")
+try:
+    import pyspark  # noqa: F401
+except ImportError:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        raise  # CI installs the test extra: a missing pyspark there is a broken set-up, not a skip
+    # Elsewhere (pyspark not installed): leave the Spark tests out rather than break the whole run.
+    collect_ignore_glob = ["test_*.py"]
 
 
 @pytest.fixture(scope="session")
