@@ -49,6 +49,7 @@ def _settings(router: Router, entity, *, server: bool):
         link_capacity=int(a.get("linkCapacity") or 250),
         max_message_size=int(a.get("maxMessageSize") or 0),
         cost=int(a.get("cost") or 1),
+        strip_annotations=a.get("stripAnnotations") or "both",
         sasl_username=None if server else a.get("saslUsername"),
         sasl_password=None if server else resolve_secret(a.get("saslPassword")),
     )

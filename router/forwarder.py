@@ -71,7 +71,7 @@ class Forwarder:
         rl.outstanding += 1
         if self.flow is not None:
             self.flow_ingress(ind, rl, msg)
-        if rl.inter_router:
+        if rl.keep_in:  # from a neighbour router, or a connection whose annotations are trusted
             self.mesh_message_in(ind, msg)
             return
         # Sections come in order, so when the first one is properties (0x73) or later there is no
@@ -180,17 +180,22 @@ class Forwarder:
             return
         unsettled = ol.unsettled
         presettled_out = ol.presettled_out
-        mesh = ol.inter_router  # a neighbour router gets the annotated form (ingress, trace, to, phase)
+        mesh = ol.annotate_out  # a neighbour router (or stripAnnotations in/no) gets the annotated form
         seq = ol.tag_seq
         sent = 0
         ring_ok = len(unsettled) + credit < raw.TAG_RING
         while credit > 0 and q:
             ind = q.popleft()
             seq += 1
+            body = ind.msg
+            if mesh:
+                body = ind.mesh_msg
+                if body is None:  # a client connection that keeps annotations: made on first need
+                    body = ind.mesh_msg = self._annotated(ind, ol.address, ind.msg)
             if ring_ok:
-                od = _send_ring_tagged(ptr, seq, ind.mesh_msg if mesh else ind.msg)
+                od = _send_ring_tagged(ptr, seq, body)
             else:  # more unsettled than the tag ring holds: unique tags the slow way
-                od = _send_message(ptr, b"x%x" % seq, ind.mesh_msg if mesh else ind.msg)
+                od = _send_message(ptr, b"x%x" % seq, body)
             credit -= 1
             sent += 1
             if ind.flow is not None:

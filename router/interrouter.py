@@ -167,14 +167,14 @@ class InterRouterLinks:
         capacity = rc.engine.settings.link_capacity
         if outgoing:
             rl = RouterLink(link, rc, False, m.placeholder, capacity, f"data.out.{priority}")
-            rl.inter_router = True
+            rl.inter_router = rl.annotate_out = True
             rc.links[link] = rl
             m.data_links[priority] = rl
             if priority == DEFAULT_PRIORITY or m.data_out is None:
                 m.data_out = rl
         else:
             rl = RouterLink(link, rc, True, None, capacity, f"data.in.{priority}")
-            rl.inter_router = True
+            rl.inter_router = rl.keep_in = True
             rc.links[link] = rl
             self.router.grant_initial_credit(rl)
         if m.up:

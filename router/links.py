@@ -46,6 +46,9 @@ class RouterLink:
         "modified", "presettled", "dropped_presettled",
         # inter-router: a data link to/from a neighbour router (router annotations kept, not stripped)
         "inter_router",
+        # stripAnnotations: keep_in = annotations arriving here are honoured (inter-router, or 'out'/'no');
+        # annotate_out = messages leave with router annotations (inter-router, or 'in'/'no')
+        "keep_in", "annotate_out",
     )
 
     def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str):
@@ -80,6 +83,9 @@ class RouterLink:
         self.presettled = 0
         self.dropped_presettled = 0
         self.inter_router = False
+        strip = conn.engine.settings.strip_annotations
+        self.keep_in = strip in ("out", "no")
+        self.annotate_out = strip in ("in", "no")
 
     @property
     def backlog(self) -> int:

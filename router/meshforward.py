@@ -108,16 +108,22 @@ class MeshForwarding:
         the message without them (for local consumers); ``ind.ra`` keeps them for the next router."""
         try:
             ra, stripped = split_router_annotations(msg)
-            ra = ra or _EMPTY_RA
-            to = ra.to_override or message_to(stripped)
+            if ra is None:
+                # None from a client (a trusting connection) means "entered the network here"; from
+                # a router it means an ingress router that set nothing, which is still a mesh arrival.
+                ra = _EMPTY_RA if ind.link.inter_router else None
+            to = (ra.to_override if ra is not None else None) or message_to(stripped)
         except CodecError as exc:
             self._reject(ind, "amqp:decode-error", f"malformed message: {exc}")
             return
         ind.ra = ra
         ind.msg = stripped
-        if not to:
+        link_addr = ind.link.address
+        if link_addr is not None:
+            addr = link_addr  # a targeted link (stripAnnotations out/no) routes by its own address
+        elif not to:
             addr = None
-        elif ra.phase:
+        elif ra is not None and ra.phase:
             addr = self.addresses.get(self.parser.key(to, ra.phase))
         else:
             addr = self.addresses.get(self.parser.key_for_to(to))  # memoised: addresses repeat
@@ -178,7 +184,7 @@ class MeshForwarding:
             addr.deliveries_transit += 1
             self.deliveries_transit += 1
         for ol in targets:
-            if ol.inter_router:
+            if ol.annotate_out:
                 ind.mesh_msg = self._annotated(ind, addr, ind.msg)
                 if ind.msg[2:3] == b"\x70":  # a header: its priority picks the data link (§4.2)
                     targets = self._by_priority(targets, ind.msg)

@@ -287,9 +287,9 @@ def _connection_attrs(kind: str) -> list[Attr]:
              doc="Session incoming window in frames (unset or 0 = unlimited)."),
         Attr("idleTimeoutSeconds", "integer", 16, min=0,
              doc="Close the connection when nothing arrives for this long (0 = never)."),
-        Attr("stripAnnotations", "enum", "both", enum=STRIP_ANNOTATIONS, status=PENDING,
+        Attr("stripAnnotations", "enum", "both", enum=STRIP_ANNOTATIONS,
              doc="Remove router annotations on ingress, egress, both or neither "
-                 "(forced to 'no' on inter-router and edge connections)."),
+                 "(inter-router connections always keep them)."),
         Attr("linkCapacity", "integer", 250, min=1,
              doc="Credit window (deliveries in flight) of links on this connection."),
         Attr("maxMessageSize", "integer", 0, min=0, extension=True,

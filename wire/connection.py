@@ -59,6 +59,7 @@ class ConnectionSettings:
     properties: dict = field(default_factory=dict)
     name: str = ""  # listener/connector name, for management and logs
     cost: int = 1  # inter-router role: this connection's routing cost (Dispatch's `cost`)
+    strip_annotations: str = "both"  # router annotations removed on ingress (in), egress (out), both, no
 
 
 class ConnectionHandler:
