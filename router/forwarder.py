@@ -95,6 +95,9 @@ class Forwarder:
                 if self.edge is None or not self.edge.fallback(ind):
                     self._no_route(ind, to)
                 return
+        if rl.from_edge:  # never back down the edge it came up from (DISPATCH-1156)
+            self.forward_special(ind, addr)
+            return
         self.forward(ind, addr)
 
     def forward(self, ind: InDelivery, addr) -> None:

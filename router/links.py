@@ -49,6 +49,8 @@ class RouterLink:
         # stripAnnotations: keep_in = annotations arriving here are honoured (inter-router, or 'out'/'no');
         # annotate_out = messages leave with router annotations (inter-router, or 'in'/'no')
         "keep_in", "annotate_out",
+        # an incoming link on an edge router's uplink connection (this router is its interior)
+        "from_edge",
     )
 
     def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str):
@@ -86,6 +88,7 @@ class RouterLink:
         strip = conn.engine.settings.strip_annotations
         self.keep_in = strip in ("out", "no")
         self.annotate_out = strip in ("in", "no")
+        self.from_edge = incoming and conn.role == "edge" and conn.engine.server
 
     @property
     def backlog(self) -> int:

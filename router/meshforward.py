@@ -54,6 +54,7 @@ class LocalSource:
     address = None
     conn = None
     inter_router = False
+    from_edge = False
     engine = None
     name = "(router)"
 
@@ -141,6 +142,9 @@ class MeshForwarding:
         ra = ind.ra
         rlinks = addr.rlinks
         remote = addr.remote
+        if ind.link.from_edge:
+            came_up = ind.link.conn
+            rlinks = [ol for ol in rlinks if ol.conn is not came_up]
         if ra is not None:
             trace = ra.trace or ()
             if len(trace) > self.radius + 1:

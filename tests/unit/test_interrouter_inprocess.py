@@ -384,3 +384,29 @@ def test_message_priority_picks_the_inter_router_data_link():
     [mesh] = [rc.mesh for rc in h.routers["A"].connections if rc.mesh]
     counts = {p: rl.delivery_count for p, rl in mesh.data_links.items()}
     assert counts[9] == 1 and counts[4] == 1 and counts[0] == 1
+
+
+def test_multicast_between_edges_reaches_each_consumer_once_and_never_echoes():
+    entities = [AddressEntity("news", distribution="multicast")]
+    h = MeshHarness("A", "B", address_entities=entities)
+    h.link("A", "B")
+    h.add_edge("EA", "A", address_entities=entities)
+    h.add_edge("EB", "B", address_entities=entities)
+    consumers = {}
+    for rid in ("EA", "EB", "A", "B"):
+        p = h.client(rid)
+        consumers[rid] = (p, p.receiver("news", credit=20))
+    h.settle_topology(8)
+    prod = h.client("EA")
+    snd = prod.sender("news")
+    h.advance(2)
+    assert snd.credit > 0
+    ds = _send(h, prod, snd, 3)
+    h.advance(1)
+    for rid, (p, r) in consumers.items():
+        got = p.received(r)
+        assert sorted(g.body for g in got) == ["m0", "m1", "m2"], rid
+        for g in got:
+            settle(g, ACCEPTED)
+    h.advance(1)
+    assert all(d.settled for d in ds)
