@@ -29,7 +29,8 @@ import tempfile
 import click
 import trio
 
-from tools.benchclient import MessageTemplate, process_cpu_seconds, run_direct, run_via_peer
+from tools.benchclient import MessageTemplate, process_cpu_seconds
+from tools.benchrun import run_direct, run_via_peer
 from tools.benchprocs import (  # noqa: F401 - re-exported: tests and scripts import them from here
     BROKER_XML, DEFAULT_ROUTER_CONFIG, MAX_HOPS, REPO_ROOT, BenchError, BrokerProcess, RouterProcess,
     parse_router_url, start_line,

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from tools.bench import REPO_ROOT, parse_router_url, run_bench
-from tools.benchclient import MessageTemplate, process_cpu_seconds, split
+from tools.benchclient import MessageTemplate, process_cpu_seconds
+from tools.benchrun import split
 
 N = 2000
 
