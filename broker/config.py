@@ -7,24 +7,28 @@ or external references).  Which elements are handled, ignored with a warning,
 or refused is tabled in :mod:`broker.xmlschema`; the reference for users is
 ``docs/broker-configuration.md``.
 
-Address wildcards follow Artemis: words separated by ``.``, ``*`` matches
-exactly one word, ``#`` matches zero or more words (:func:`artemis_match`).
-:meth:`BrokerConfig.settings_for` merges every matching ``<address-setting>``
-the way Artemis does: the most specific match wins field by field, the less
-specific ones fill in what it leaves unset, and the documented defaults fill
-in the rest.
+The objects it returns, and Artemis' address wildcards, are in
+:mod:`broker.configmodel` (re-exported here). Address wildcards follow Artemis:
+words separated by ``.``, ``*`` matches exactly one word, ``#`` matches zero or
+more words (:func:`artemis_match`). :meth:`BrokerConfig.settings_for` merges
+every matching ``<address-setting>`` the way Artemis does: the most specific
+match wins field by field, the less specific ones fill in what it leaves unset,
+and the documented defaults fill in the rest.
 """
 
 from __future__ import annotations
 
-import functools
 import pathlib
 import re
 import urllib.parse
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field, fields
 
 from . import xmlschema as xs
+from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
+    ANY_WORDS, DELIMITER, SINGLE_WORD, Acceptor, AddressConfig,
+    AddressSettings, BrokerConfig, BrokerConnection, BrokerConnectionElement, FlowRecordsConfig, QueueConfig,
+    artemis_match, match_specificity_cmp,
+)
 from .xmlschema import BrokerConfigError, Ctx, children, did_you_mean, local
 
 __all__ = [
@@ -32,214 +36,6 @@ __all__ = [
     "BrokerConnection", "BrokerConnectionElement", "QueueConfig", "artemis_match",
     "load_broker_config", "match_specificity_cmp", "parse_broker_config",
 ]
-
-#: Artemis' default wildcard syntax (``<wildcard-addresses>`` is not supported).
-DELIMITER = "."
-ANY_WORDS = "#"
-SINGLE_WORD = "*"
-
-
-# --- the configuration objects ----------------------------------------------
-
-@dataclass
-class Acceptor:
-    """One ``<acceptor>``: where tdbroker listens for AMQP connections."""
-
-    name: str
-    host: str
-    port: int                 # 0 = ephemeral (tests)
-    protocols: tuple          # upper-case protocol names; always includes "AMQP"
-    params: dict              # the other URI query parameters, as strings
-    line: int
-
-
-@dataclass
-class QueueConfig:
-    """One ``<queue>`` declared under an address's ``<anycast>`` or ``<multicast>``."""
-
-    name: str
-    address: str
-    routing_type: str         # "anycast" | "multicast"
-    durable: bool
-    max_consumers: int        # -1 = unlimited
-    filter: str | None        # stored only; tdbroker does not evaluate filters yet
-    line: int
-
-
-@dataclass
-class AddressConfig:
-    """One ``<address>`` with the routing types it declares and its queues."""
-
-    name: str
-    routing_types: set        # subset of {"anycast", "multicast"}
-    queues: list              # list[QueueConfig]
-    line: int
-
-
-@dataclass
-class AddressSettings:
-    """One ``<address-setting match=...>``; a field is None when the element left it unset.
-
-    :meth:`BrokerConfig.settings_for` returns a merged instance with every field
-    filled in; its ``match`` is the most specific matching pattern (None when no
-    setting matched and only defaults apply) and ``line`` is that setting's line.
-    """
-
-    match: str | None = None
-    dead_letter_address: str | None = None
-    expiry_address: str | None = None
-    expiry_delay: int | None = None
-    max_delivery_attempts: int | None = None
-    redelivery_delay: int | None = None
-    auto_create_queues: bool | None = None
-    auto_create_addresses: bool | None = None
-    auto_delete_queues: bool | None = None
-    default_queue_routing_type: str | None = None     # "anycast" | "multicast"
-    default_address_routing_type: str | None = None   # "anycast" | "multicast"
-    max_size_bytes: int | None = None
-    address_full_policy: str | None = None            # PAGE | DROP | FAIL | BLOCK
-    line: int = 0
-
-
-#: AddressSettings fields that hold settings (not match/line), in declaration order.
-SETTING_FIELDS = tuple(f.name for f in fields(AddressSettings) if f.name not in ("match", "line"))
-#: Default for each setting field (from the table in broker.xmlschema).
-SETTING_DEFAULTS = {fld: default for fld, _kind, default in xs.ADDRESS_SETTING_FIELDS.values()}
-
-
-@dataclass
-class BrokerConnectionElement:
-    """A child of ``<amqp-connection>``: peer, sender, receiver, mirror or federation.
-
-    ``attrs`` holds the element's attributes: for ``mirror`` converted and with
-    defaults filled in (plus ``properties`` from ``<property key value>``), for
-    ``federation`` the raw attributes plus ``xml`` (the element as text; federation
-    is accepted and stored, and implemented later).
-    """
-
-    kind: str                 # "peer" | "sender" | "receiver" | "mirror" | "federation"
-    address_match: str | None
-    queue_name: str | None
-    attrs: dict
-    line: int
-
-
-@dataclass
-class BrokerConnection:
-    """One ``<amqp-connection>``: an outgoing connection tdbroker opens (e.g. to a router)."""
-
-    name: str
-    uri: str                  # the attribute as written
-    host: str                 # of the first URI
-    port: int
-    user: str | None          # None = anonymous
-    password: str | None
-    retry_interval_ms: int
-    reconnect_attempts: int   # -1 = forever
-    auto_start: bool
-    elements: list            # list[BrokerConnectionElement]
-    line: int
-    params: dict = field(default_factory=dict)          # query parameters of the first URI
-    alternate_uris: list = field(default_factory=list)  # after '#', tried in turn on retry
-
-
-@dataclass
-class FlowRecordsConfig:
-    """``<flow-records>``: where and how much the broker records for flow analytics (tdbroker only)."""
-
-    directory: str
-    sample: float             # fraction of messages recorded, 0 < sample <= 1
-    rotate_mb: int
-    line: int
-
-
-@dataclass
-class BrokerConfig:
-    """A parsed broker.xml.  ``warnings`` lists ``"FILE:LINE: warning: ..."`` strings."""
-
-    path: str
-    name: str | None
-    persistence_enabled: bool
-    journal_directory: str
-    journal_file_size: int
-    acceptors: list
-    addresses: list
-    address_settings: list
-    broker_connections: list
-    warnings: list
-    journal_sync_transactional: bool = xs.DEFAULT_JOURNAL_SYNC
-    journal_sync_non_transactional: bool = xs.DEFAULT_JOURNAL_SYNC
-    flow_records: FlowRecordsConfig | None = None
-
-    def settings_for(self, address: str) -> AddressSettings:
-        """The merged settings for ``address``, with Artemis' defaults for unset fields."""
-        matching = [s for s in self.address_settings if artemis_match(s.match, address)]
-        matching.sort(key=functools.cmp_to_key(lambda a, b: match_specificity_cmp(a.match, b.match)))
-        merged = {}
-        for name in SETTING_FIELDS:
-            merged[name] = next((getattr(s, name) for s in matching if getattr(s, name) is not None),
-                                SETTING_DEFAULTS[name])
-        best = matching[0] if matching else None
-        return AddressSettings(match=best.match if best else None, line=best.line if best else 0,
-                               **merged)
-
-    def queues(self) -> list:
-        """Every configured queue, in file order."""
-        return [q for a in self.addresses for q in a.queues]
-
-    def address(self, name: str) -> AddressConfig | None:
-        """The configured address called ``name``, or None."""
-        return next((a for a in self.addresses if a.name == name), None)
-
-
-# --- wildcards ---------------------------------------------------------------
-
-def artemis_match(pattern: str, address: str) -> bool:
-    """True when ``address`` matches the Artemis wildcard ``pattern``.
-
-    Words are separated by ``.``; ``*`` matches exactly one non-empty word and
-    ``#`` zero or more words, so ``a.#`` matches ``a``, ``a.b`` and ``a.b.c``
-    but not ``ab``.  Other words match literally.
-    """
-    words = address.split(DELIMITER)
-    reachable = {0}            # positions in ``words`` reachable after each pattern word
-    for pw in pattern.split(DELIMITER):
-        nxt: set[int] = set()
-        for j in reachable:
-            if pw == ANY_WORDS:
-                nxt.update(range(j, len(words) + 1))
-            elif j < len(words) and (words[j] != "" if pw == SINGLE_WORD else words[j] == pw):
-                nxt.add(j + 1)
-        if not nxt:
-            return False
-        reachable = nxt
-    return len(words) in reachable
-
-
-def match_specificity_cmp(a: str, b: str) -> int:
-    """Negative when ``a`` is more specific than ``b`` (Artemis' ordering).
-
-    A pattern without ``#`` beats one with it (two with ``#``: the longer wins);
-    then one without ``*`` beats one with it (two with ``*``: compared word by
-    word, a literal word beats ``*``, and more words win); otherwise the shorter.
-    """
-    a_any, b_any = ANY_WORDS in a, ANY_WORDS in b
-    if a_any != b_any:
-        return 1 if a_any else -1
-    if a_any:
-        return len(b) - len(a)
-    a_one, b_one = SINGLE_WORD in a, SINGLE_WORD in b
-    if a_one != b_one:
-        return 1 if a_one else -1
-    if a_one:
-        aw, bw = a.split(DELIMITER), b.split(DELIMITER)
-        for i, left in enumerate(aw):
-            if i >= len(bw):
-                return -1
-            if (left == SINGLE_WORD) != (bw[i] == SINGLE_WORD):
-                return 1 if left == SINGLE_WORD else -1
-    return len(a) - len(b)
-
 
 def _check_wildcard_words(ctx: Ctx, elem, what: str, pattern: str) -> None:
     for word in pattern.split(DELIMITER):

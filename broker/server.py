@@ -20,7 +20,8 @@ Expiry is time-driven: :meth:`Broker.expiry_loop` sleeps until the earliest ``ne
 (re-armed after every batch of events) and then calls ``Queue.expire``; the clock is injectable
 (``Broker(cfg, clock=...)``, milliseconds since the epoch).
 
-Addresses, routing types, subscriptions and temporary queues live in :mod:`broker.addressing`; the
+The connection and link records are in :mod:`broker.links`. Addresses, routing types, subscriptions
+and temporary queues live in :mod:`broker.addressing`; the
 management facade (``mgmt_*``, ``create_queue`` ...) in :mod:`broker.facade`. A link attached to
 ``$management`` hands each message to ``self.management.handle(bytes)`` and delivers the reply to the
 queue its ``properties.to`` names (the client's dynamic-source receiver). Flow records
@@ -44,8 +45,10 @@ from broker.connections import BridgeControl
 from broker.facade import ManagementFacade
 from broker.journal import Journal
 from broker.journal_io import GroupCommitter
+from broker.links import BrokerConnection, BrokerLink
 from broker.queue import ACCEPTED, MODIFIED, REJECTED, RELEASED, Queue, QueuedMessage
 from wire import raw
+from wire.terminus import capabilities
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 
 log = logging.getLogger("broker.server")
@@ -66,42 +69,6 @@ _consumer_ids = itertools.count(1)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class BrokerLink:
-    """One attached link: the queue it is bound to and, for a sending link, its consumer state."""
-
-    __slots__ = ("ptr", "engine", "queue", "incoming", "consumer_id", "unsettled", "seq", "closed",
-                 "presettled", "name", "mode", "address", "owned_queue", "durable_sub")
-
-    # mode of a receiving link: None (into ``queue``), FANOUT (a copy per multicast queue of
-    # ``address``), MANAGEMENT (requests for the management agent).
-    FANOUT, MANAGEMENT = "fanout", "management"
-
-    def __init__(self, ptr, engine, queue: Queue | None, incoming: bool, name: str):
-        self.ptr = ptr
-        self.engine = engine
-        self.queue = queue
-        self.incoming = incoming
-        self.name = name
-        self.consumer_id = None
-        self.unsettled: dict = {}  # delivery pointer -> queue delivery token
-        self.seq = 0
-        self.closed = False
-        self.presettled = False
-        self.mode: str | None = None
-        self.address: str | None = None
-        self.owned_queue = False   # a temporary queue that goes when this link goes
-        self.durable_sub = False   # a durable subscription: deleted only when the link is closed
-
-
-class BrokerConnection:
-    """Per-connection state (``engine.app``)."""
-
-    def __init__(self, engine: EngineConnection):
-        self.engine = engine
-        self.links: dict = {}  # link pointer -> BrokerLink
-        self.on_open = None  # broker connections: called once the peer answered our open
 
 
 class Broker(AddressModel, ManagementFacade, ConnectionHandler):
@@ -477,7 +444,7 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
             engine.app.links[link] = bl
             raw.link_flow(link, LINK_CAPACITY)
             return
-        caps = _symbols(terminus.capabilities)
+        caps = capabilities(terminus.capabilities)
         if "::" not in address and address not in self.queues and \
                 self.routing_type_for(address, caps) == MULTICAST:
             self._multicast_link(engine, link, lo, address)
@@ -585,18 +552,3 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
         log.info("connection %d (%s) closed%s", engine.id, engine.remote_host,
                  f" ({engine.error})" if engine.error else "")
 
-
-def _symbols(data) -> list[str]:
-    """The symbols of a terminus capabilities field (a single symbol or an array), as str."""
-    if data is None:
-        return []
-    try:
-        data.rewind()
-        value = data.get_object() if data.next() is not None else None
-    except Exception:
-        return []
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)) or hasattr(value, "elements"):
-        return [str(v) for v in getattr(value, "elements", value)]
-    return [str(value)]

@@ -13,6 +13,7 @@ import time
 import proton
 
 from wire import raw
+from wire.terminus import capabilities
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
 from router.autolinks import AutoLinkManager
@@ -38,17 +39,7 @@ MAX_WAYPOINT_ORDINAL = 9
 def waypoint_ordinal(terminus) -> int | None:
     """N from a ``qd.waypoint`` (= 1) or ``qd.waypoint.N`` capability, given as a single symbol or an
     array of symbols (DISPATCH-1430: Artemis sends an array); None when the terminus has none."""
-    caps = terminus.capabilities
-    if caps is None:
-        return None
-    caps.rewind()
-    if not caps.next():
-        return None
-    value = caps.get_object()
-    symbols = value.elements if isinstance(value, proton.Array) else value if isinstance(value, list) else [value]
-    for sym in symbols:
-        if not isinstance(sym, str):
-            continue
+    for sym in capabilities(terminus.capabilities):
         if sym == WAYPOINT_CAPABILITY:
             return 1
         if sym.startswith(WAYPOINT_CAPABILITY + "."):

@@ -22,6 +22,7 @@ from collections import deque
 import proton
 
 from wire import raw
+from wire.terminus import capabilities
 from router.addresses import Address
 from router.links import RouterConnection, RouterLink
 
@@ -58,19 +59,6 @@ class MeshConnection:
         self.up = False
         # Outgoing data links count their egress on an address record of their own (not in the table).
         self.placeholder = Address("R" + self.peer_id, self.peer_id, 0, "closest")
-
-
-def _capabilities(terminus) -> set[str]:
-    """The terminus capabilities as strings, whether sent as one symbol, a list or an array."""
-    caps = terminus.capabilities
-    if caps is None:
-        return set()
-    caps.rewind()
-    if not caps.next():
-        return set()
-    value = caps.get_object()
-    items = value.elements if isinstance(value, proton.Array) else value if isinstance(value, list) else [value]
-    return {str(v) for v in items if isinstance(v, str)}
 
 
 def _set_capability(terminus, cap: str) -> None:
@@ -138,7 +126,7 @@ class InterRouterLinks:
         rc: RouterConnection = engine.app
         if rc.mesh is None:
             return False
-        caps = _capabilities(lo.remote_source) | _capabilities(lo.remote_target)
+        caps = set(capabilities(lo.remote_source.capabilities)) | set(capabilities(lo.remote_target.capabilities))
         if CONTROL_CAPABILITY in caps:
             engine.open_link_like_remote(link)
             self._register_control(rc, link, outgoing=lo.is_sender)

@@ -11,7 +11,8 @@ from proton import Message
 from broker.config import parse_broker_config
 from broker.connections import BridgeControl
 from broker.journal import Journal
-from broker.server import Broker, _symbols
+from broker.server import Broker
+from wire.terminus import capabilities as _symbols
 from tests.unit.enginepair import MODIFIED, Peer, Pipe, RouterHarness, pump, settle
 
 BROKER_XML = """\
