@@ -176,10 +176,5 @@ class EdgeUplink:
         up = self.anonymous
         if up is None or ind.link.conn is self.uplink or up.closed:
             return False
-        ind.copies += 1
-        ind.buffered += 1
-        up.undelivered.append(ind)
-        if not up.dirty:
-            up.dirty = True
-            self.router._dirty.append(up)
+        self.router._enqueue(ind, (up,))
         return True

@@ -112,18 +112,8 @@ class Forwarder:
         addr.deliveries_ingress += 1
         dist = addr.distribution
         if dist == MULTICAST:
-            # Count every copy before sending any: credit and the message bytes must only be released
-            # when the last copy has left, not after the first.
             ind.multicast = True
-            n = len(rlinks)
-            ind.copies += n
-            ind.buffered += n
-            dirty = self._dirty
-            for ol in rlinks:
-                ol.undelivered.append(ind)
-                if not ol.dirty:
-                    ol.dirty = True
-                    dirty.append(ol)
+            self._enqueue(ind, rlinks)
             return
         if dist == UNAVAILABLE:  # attaches are refused, so only a reconfigured address gets here
             self._reject(ind, "amqp:not-found", f"address {addr.name} is unavailable")
@@ -141,6 +131,19 @@ class Forwarder:
         if not ol.dirty:
             ol.dirty = True
             self._dirty.append(ol)
+
+    def _enqueue(self, ind: InDelivery, links) -> None:
+        """Queue one copy on each link, to go at the end of the batch. Every copy is counted before any
+        is sent: credit and the message bytes are released when the last copy has left, not the first."""
+        n = len(links)
+        ind.copies += n
+        ind.buffered += n
+        dirty = self._dirty
+        for ol in links:
+            ol.undelivered.append(ind)
+            if not ol.dirty:
+                ol.dirty = True
+                dirty.append(ol)
 
     @staticmethod
     def _pick_balanced(addr, rlinks):

@@ -107,19 +107,20 @@ class MeshForwarding:
     def mesh_message_in(self, ind: InDelivery, msg: bytes) -> None:
         """A message from a neighbour router's data link: route by its annotations. ``ind.msg`` becomes
         the message without them (for local consumers); ``ind.ra`` keeps them for the next router."""
+        link_addr = ind.link.address  # None on router data links (anonymous)
         try:
             ra, stripped = split_router_annotations(msg)
             if ra is None:
                 # None from a client (a trusting connection) means "entered the network here"; from
                 # a router it means an ingress router that set nothing, which is still a mesh arrival.
                 ra = _EMPTY_RA if ind.link.inter_router else None
-            to = (ra.to_override if ra is not None else None) or message_to(stripped)
+            to = None if link_addr is not None else \
+                (ra.to_override if ra is not None else None) or message_to(stripped)
         except CodecError as exc:
             self._reject(ind, "amqp:decode-error", f"malformed message: {exc}")
             return
         ind.ra = ra
         ind.msg = stripped
-        link_addr = ind.link.address
         if link_addr is not None:
             addr = link_addr  # a targeted link (stripAnnotations out/no) routes by its own address
         elif not to:
@@ -152,9 +153,9 @@ class MeshForwarding:
                 self._no_route(ind, None)
                 return
             came_from = ind.link.conn
-            if remote:
-                remote = [ol for ol in remote if ol.inter_router]
-                remote = [ol for ol in remote if ol.conn is not came_from and ol.conn.mesh.peer_id not in trace]
+            if remote:  # only routers, never back where it came from nor to one it has crossed
+                remote = [ol for ol in remote if ol.inter_router and ol.conn is not came_from
+                          and ol.conn.mesh.peer_id not in trace]
         elif self.edge is not None and remote and ind.link.conn is self.edge.uplink:
             remote = []  # never echo what came down the uplink
         if not rlinks and not remote:
@@ -193,15 +194,7 @@ class MeshForwarding:
                 if ind.msg[2:3] == b"\x70":  # a header: its priority picks the data link (§4.2)
                     targets = self._by_priority(targets, ind.msg)
                 break
-        n = len(targets)
-        ind.copies += n
-        ind.buffered += n
-        dirty = self._dirty
-        for ol in targets:
-            ol.undelivered.append(ind)
-            if not ol.dirty:
-                ol.dirty = True
-                dirty.append(ol)
+        self._enqueue(ind, targets)
 
     @staticmethod
     def _by_priority(targets: list, msg: bytes) -> list:
