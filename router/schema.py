@@ -315,8 +315,9 @@ _LISTENER = _entity("listener", "listener", [
     Attr("requireSsl", "boolean", False, status=PENDING, doc="Require TLS."),
     Attr("trustedCertsFile", "path", legacy=("trustedCerts",), status=PENDING,
          doc="PEM file of CAs accepted for client certificates."),
-    Attr("initialHandshakeTimeoutSeconds", "integer", 0, min=0, status=PENDING,
-         doc="Close connections that have not sent OPEN within this time (0 = no limit)."),
+    Attr("initialHandshakeTimeoutSeconds", "integer", 0, min=0,
+         doc="Disconnect a client that has not completed the AMQP and SASL handshake (its OPEN) "
+             "within this many seconds of connecting (0 = no limit, Dispatch's default)."),
     Attr("multiTenant", "boolean", False, status=PENDING, doc="Prefix addresses with the vhost."),
     Attr("failoverUrls", "string", legacy=("failoverList",), status=PENDING,
          doc="Comma separated failover URLs sent to clients in OPEN."),

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import trio
 
-from wire.driver import Backoff, run_connection, run_connector
+from wire.driver import Backoff, ConnectionLimit, backing_off, connection_handler, run_connector
 
 log = logging.getLogger("router.services")
 
@@ -64,14 +64,6 @@ def bind_tcp_listeners(host: str, port: int) -> list[trio.SocketListener]:
     return [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in socks]
 
 
-def _peer(stream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]
-        return f"{host}:{port}"
-    except OSError:
-        return "?"
-
-
 @dataclass(eq=False)
 class Service:
     """One listener or connector: its configuration entity and the scope its task runs in."""
@@ -103,8 +95,11 @@ class Service:
 class ServiceManager:
     """The running listeners and connectors, by kind and name."""
 
-    def __init__(self, router, nursery: trio.Nursery, settings_for: Callable, *, announce=print):
+    def __init__(self, router, nursery: trio.Nursery, settings_for: Callable, *, announce=print,
+                 connection_limit: ConnectionLimit | None = None):
         self.router = router
+        # Router-wide limit on connections accepted by all listeners (Dispatch's policy maxConnections).
+        self.connection_limit = connection_limit or ConnectionLimit(0)
         self.nursery = nursery
         self.settings_for = settings_for  # (router, entity, server=bool) -> ConnectionSettings
         self.announce = announce
@@ -152,14 +147,13 @@ class ServiceManager:
     async def _serve(self, svc: Service) -> None:
         router, settings = self.router, svc.settings
 
-        async def handle(stream) -> None:
-            try:
-                engine = router.new_engine(settings, server=True, remote_host=_peer(stream))
-            except Exception:
-                log.exception("refusing connection")
-                await stream.aclose()
-                return
-            await run_connection(stream, engine)
+        def make_engine(remote: str):
+            return router.new_engine(settings, server=True, remote_host=remote)
+
+        handle = connection_handler(
+            make_engine, limits=(self.connection_limit,),
+            handshake_timeout=float(svc.entity.get("initialHandshakeTimeoutSeconds") or 0))
+        svc.listeners = backing_off(svc.listeners)
 
         with svc.scope:
             try:

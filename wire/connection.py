@@ -131,6 +131,14 @@ class EngineConnection:
         self.eof = False
         self.wake = _noop  # the driver installs its wake-up function
         self.error: str | None = None
+        # Set when handling one of this connection's events raised: the connection is being closed
+        # and its remaining per-message events are dropped (the handler's state for it is suspect).
+        self.failed = False
+        # Back-pressure (see pause_reading): the driver stops reading the socket while this is set.
+        self.read_paused = False
+        self.on_resume_reading = _noop  # the driver installs its wake-up for a paused reader
+        self.opened_at_remote = False  # the peer's OPEN arrived (the handshake is done)
+        self.refusal: tuple[str, str] | None = None  # see refuse()
         if not server:
             c.open()
 
@@ -193,6 +201,11 @@ class EngineConnection:
         self.process()
         self.wake()
 
+    def refuse(self, condition: str, description: str) -> None:
+        """Answer the peer's OPEN with an open and a close carrying ``condition`` (the AMQP way to turn
+        a connection away, AMQP 1.0 §2.4.1) instead of handing it to the handler."""
+        self.refusal = (condition, description)
+
     def abort(self) -> None:
         """Give up on the connection without a close handshake (socket gone)."""
         if self.finished:
@@ -205,7 +218,25 @@ class EngineConnection:
 
     # -- events ---------------------------------------------------------------------------------
     def process(self) -> None:
-        """Drain the collector: per-message events go straight to the handler, others to _cold()."""
+        """Drain the collector: per-message events go straight to the handler, others to _cold().
+
+        An exception from the handler fails this connection only (see :meth:`_handler_failed`): the
+        event that raised is dropped so that nothing (the driver's clean-up included) runs it twice,
+        and draining carries on so that the close is processed and reported.
+        """
+        while True:
+            try:
+                if self.failed:
+                    self._drain_failed()
+                else:
+                    self._drain()
+                return
+            except Exception as exc:  # noqa: BLE001 - any handler bug must stay inside its connection
+                if raw.collector_peek(self._coll):
+                    raw.collector_pop(self._coll)  # the event being handled when the handler raised
+                self._handler_failed(exc)
+
+    def _drain(self) -> None:
         coll = self._coll
         peek = raw.collector_peek
         pop = raw.collector_pop
@@ -227,10 +258,75 @@ class EngineConnection:
                 self._cold(t, ev)
             pop(coll)
 
+    def _drain_failed(self) -> None:
+        """Drain events of a failed connection: only those that end it still reach the handler."""
+        coll = self._coll
+        while True:
+            ev = raw.collector_peek(coll)
+            if not ev:
+                return
+            t = raw.event_type(ev)
+            if t in _ENDING_EVENTS:
+                self._cold(t, ev)
+            raw.collector_pop(coll)
+
+    def _handler_failed(self, exc: BaseException) -> None:
+        """Close this connection after its handler raised: ``amqp:decode-error`` when a peer-supplied
+        value could not be decoded (invalid UTF-8 in a container-id or an address), else
+        ``amqp:internal-error``. One log line names the peer; the daemon and other connections carry on."""
+        if isinstance(exc, UnicodeError):
+            condition, description = DECODE_ERROR, "invalid UTF-8 in a peer-supplied string"
+        else:
+            condition, description = INTERNAL_ERROR, f"internal error handling this connection ({type(exc).__name__})"
+        first = not self.failed
+        self.failed = True
+        if first:
+            log.error("connection %d (%s, container %s): closed with %s: %s: %s", self.id,
+                      printable(self.remote_host), printable(self._remote_container_quietly()), condition,
+                      type(exc).__name__, printable(str(exc)))
+            log.debug("connection %d: handler traceback", self.id, exc_info=exc)
+        try:
+            self.error = self.error or f"{condition}: {description}"
+            c = self.connection
+            if not c.state & proton.Endpoint.LOCAL_CLOSED:
+                c.condition = proton.Condition(condition, description)
+                if c.state & proton.Endpoint.LOCAL_UNINIT:
+                    c.open()
+                c.close()
+        except Exception:  # noqa: BLE001 - the engine itself is broken: drop the socket instead
+            log.debug("connection %d: close after handler failure failed", self.id, exc_info=True)
+            raw.transport_close_tail(self._transport_ptr)
+            raw.transport_close_head(self._transport_ptr)
+        self.wake()
+
+    def _remote_container_quietly(self) -> str:
+        """The peer's container-id for a log line, whatever bytes it sent."""
+        try:
+            ptr = raw.lib.pn_connection_remote_container(self.connection._impl)
+            return raw.ffi.string(ptr).decode("utf-8", "backslashreplace") if ptr else "?"
+        except Exception:  # noqa: BLE001 - only for logging
+            return "?"
+
+    # -- back-pressure ----------------------------------------------------------------------------
+    def pause_reading(self) -> None:
+        """Stop taking bytes from the peer (TCP back-pressure) until :meth:`resume_reading`.
+
+        Bytes already fed are still processed; the driver's reader waits before its next read."""
+        self.read_paused = True
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            self.on_resume_reading()
+
     def _cold(self, t: int, ev) -> None:
         lib = raw.lib
         if t == raw.PN_CONNECTION_REMOTE_OPEN:
+            self.opened_at_remote = True
             c = self.connection
+            if self.refusal is not None:
+                self.close(*self.refusal)  # the handler never sees a refused connection open
+                return
             if c.state & proton.Endpoint.LOCAL_UNINIT:
                 c.open()
             self.handler.on_connection_open(self)
@@ -256,7 +352,8 @@ class EngineConnection:
             self.remote_closed = True
             cond = self.connection.remote_condition
             if cond is not None:
-                log.info("connection %d closed by peer: %s %s", self.id, cond.name, cond.description or "")
+                log.info("connection %d closed by peer: %s %s", self.id, printable(cond.name),
+                         printable(cond.description or ""))
             self._report_closed()
             c = self.connection
             if not c.state & proton.Endpoint.LOCAL_CLOSED:
@@ -304,7 +401,10 @@ class EngineConnection:
     def _report_closed(self) -> None:
         if not self._closed_reported:
             self._closed_reported = True
-            self.handler.on_connection_close(self)
+            try:
+                self.handler.on_connection_close(self)
+            except Exception:  # noqa: BLE001 - the connection is gone either way; keep the daemon
+                log.exception("connection %d: error while cleaning up after it closed", self.id)
 
     # -- helpers for handlers --------------------------------------------------------------------
     @property
@@ -352,6 +452,28 @@ class EngineConnection:
 def _noop() -> None:
     pass
 
+
+# Connection error conditions (AMQP 1.0 §2.8.15).
+DECODE_ERROR = "amqp:decode-error"
+INTERNAL_ERROR = "amqp:internal-error"
+
+# Longest peer-supplied text put into one log line; the rest is cut (a log line is not a data channel).
+MAX_LOGGED_PEER_TEXT = 200
+
+
+def printable(value) -> str:
+    """A peer-supplied value made safe for a log line: control characters (newlines above all, which
+    could forge whole log lines) and non-printable characters escaped, length capped."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > MAX_LOGGED_PEER_TEXT:
+        text = text[:MAX_LOGGED_PEER_TEXT] + "..."
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
+# What a failed connection still handles: the events that end it.
+_ENDING_EVENTS = frozenset((raw.PN_CONNECTION_REMOTE_CLOSE, raw.PN_TRANSPORT_ERROR, raw.PN_TRANSPORT_CLOSED))
 
 _COLD_EVENTS = frozenset(
     (

@@ -8,6 +8,7 @@ A failing connection ends its own task tree and nothing else.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Callable
 
 import trio
 
-from wire.connection import EngineConnection
+from wire.connection import EngineConnection, printable
 
 log = logging.getLogger("wire.driver")
 
@@ -31,11 +32,31 @@ FEED_SLICE = 8 * 1024
 CLOSE_GRACE_SECONDS = 2.0
 # Beyond this many doublings every sane max delay is long reached.
 MAX_BACKOFF_EXPONENT = 64
+# Out of file descriptors (EMFILE/ENFILE) or socket buffers: the accept loop waits before trying again,
+# doubling from the first to the last delay while the condition lasts, so a full descriptor table costs
+# a few wake-ups a second instead of a busy loop; new clients get in at the first try after one frees.
+ACCEPT_BACKOFF_FIRST = 0.01
+ACCEPT_BACKOFF_MAX = 1.0
+# At most one "out of descriptors" log line per listener this often (seconds); the rest are counted.
+ACCEPT_ERROR_LOG_INTERVAL = 10.0
+# A connection over its listener's limit is not dropped in silence: it gets an AMQP open + close with
+# amqp:resource-limit-exceeded. It may take this long for that; beyond this many of them at once, further
+# ones are simply closed (an answer must not cost more than the limit protects).
+REFUSE_GRACE_SECONDS = 5.0
+MAX_REFUSING = 64
+_ACCEPT_RETRY_ERRNOS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 
 
-async def run_connection(stream: trio.abc.Stream, engine: EngineConnection) -> None:
-    """Drive one connection until it is closed by either side or the socket fails."""
+async def run_connection(stream: trio.abc.Stream, engine: EngineConnection, *,
+                         handshake_timeout: float = 0.0) -> None:
+    """Drive one connection until it is closed by either side or the socket fails.
+
+    ``handshake_timeout`` (seconds, 0 = none): a peer that has not completed the AMQP (and SASL)
+    handshake, i.e. whose OPEN has not arrived, by then is disconnected (Dispatch's listener attribute
+    ``initialHandshakeTimeoutSeconds``, Artemis's acceptor ``handshake-timeout``).
+    """
     wakeup = trio.Event()
+    handshake_deadline = trio.current_time() + handshake_timeout if handshake_timeout > 0 else math.inf
 
     def wake() -> None:
         wakeup.set()
@@ -45,6 +66,12 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection) -> N
     async def reader(cancel_scope: trio.CancelScope) -> None:
         try:
             while True:
+                if engine.read_paused:
+                    # Back-pressure: the application holds too many of this peer's bytes. Not reading
+                    # lets TCP's window close on the peer; the application resumes us when it drains.
+                    resumed = trio.Event()
+                    engine.on_resume_reading = resumed.set
+                    await resumed.wait()
                 data = await stream.receive_some(READ_CHUNK)
                 if not data:
                     break
@@ -63,7 +90,7 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection) -> N
         wakeup.set()
 
     async def writer(cancel_scope: trio.CancelScope) -> None:
-        nonlocal wakeup
+        nonlocal wakeup, handshake_deadline
         close_deadline = math.inf
         try:
             while True:
@@ -83,9 +110,16 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection) -> N
                     continue  # tick produced a heartbeat or an idle-timeout close: write it now
                 if engine.connection.state & 4 and close_deadline == math.inf:  # LOCAL_CLOSED
                     close_deadline = trio.current_time() + CLOSE_GRACE_SECONDS
-                if trio.current_time() >= close_deadline:
+                now = trio.current_time()
+                if now >= close_deadline:
                     break
-                with trio.move_on_at(min(deadline or math.inf, close_deadline)):
+                if now >= handshake_deadline:
+                    if not engine.opened_at_remote:
+                        log.info("connection %d (%s): no AMQP open within %gs of connecting: disconnected",
+                                 engine.id, printable(engine.remote_host), handshake_timeout)
+                        break
+                    handshake_deadline = math.inf
+                with trio.move_on_at(min(deadline or math.inf, close_deadline, handshake_deadline)):
                     await wakeup.wait()
                 wakeup = trio.Event()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -119,26 +153,140 @@ def _remote_host(stream: trio.abc.Stream) -> str:
         return "?"
 
 
+class ConnectionLimit:
+    """A count of open connections against a maximum (0 = no limit), shared by the listeners it
+    governs: Dispatch's ``maxConnections`` (router-wide) or Artemis's acceptor ``connectionsAllowed``."""
+
+    def __init__(self, maximum: int = 0, what: str = "connections"):
+        self.maximum = maximum
+        self.what = what
+        self.open = 0
+        self.refused = 0
+
+    def try_acquire(self) -> bool:
+        if self.maximum and self.open >= self.maximum:
+            self.refused += 1
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
+
+
+def connection_handler(make_engine: Callable[[str], EngineConnection], *,
+                       limits: tuple[ConnectionLimit, ...] = (), handshake_timeout: float = 0.0):
+    """The per-accepted-socket task of a listener: make an engine and run the connection.
+
+    Each of ``limits`` must have room for a new connection, else the peer's OPEN is answered with
+    ``amqp:resource-limit-exceeded`` (at most MAX_REFUSING such answers at once; past that the socket is
+    simply closed). ``handshake_timeout`` is passed to :func:`run_connection`.
+    """
+    refusing = 0
+
+    async def handle(stream: trio.SocketStream) -> None:
+        nonlocal refusing
+        remote = _remote_host(stream)
+        taken = []
+        for limit in limits:
+            if not limit.try_acquire():
+                break
+            taken.append(limit)
+        over = len(taken) < len(limits)
+        try:
+            if over and refusing >= MAX_REFUSING:
+                await _aclose_quietly(stream)
+                return
+            try:
+                engine = make_engine(remote)
+            except Exception:
+                log.exception("refusing connection from %s", printable(remote))
+                await _aclose_quietly(stream)
+                return
+            if not over:
+                await run_connection(stream, engine, handshake_timeout=handshake_timeout)
+                return
+            limit = limits[len(taken)]
+            log.warning("connection %d from %s refused: %d %s open, the limit", engine.id,
+                        printable(remote), limit.open, limit.what)
+            engine.refuse("amqp:resource-limit-exceeded",
+                          f"connection limit reached ({limit.maximum} {limit.what})")
+            refusing += 1
+            try:
+                with trio.move_on_after(REFUSE_GRACE_SECONDS):
+                    await run_connection(stream, engine)
+            finally:
+                refusing -= 1
+        finally:
+            for limit in taken:
+                limit.release()
+
+    return handle
+
+
+def backing_off(listeners) -> list:
+    """Wrap bound trio SocketListeners so that running out of descriptors does not spin (see
+    :class:`_BackingOffListener`)."""
+    return [lst if isinstance(lst, _BackingOffListener) else _BackingOffListener(lst) for lst in listeners]
+
+
 async def serve_listener(host: str, port: int, make_engine: Callable[[str], EngineConnection], *,
+                         limits: tuple[ConnectionLimit, ...] = (), handshake_timeout: float = 0.0,
                          task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Listen on host:port and run each accepted connection; reports the bound listeners via start().
 
-    An empty host or 0.0.0.0 binds every IPv4 interface; "::" every IPv6 one.
+    An empty host or 0.0.0.0 binds every IPv4 interface; "::" every IPv6 one. ``limits`` and
+    ``handshake_timeout``: see :func:`connection_handler`.
     """
-    listeners = await trio.open_tcp_listeners(port, host=host or None)
-
-    async def handle(stream: trio.SocketStream) -> None:
-        try:
-            engine = make_engine(_remote_host(stream))
-        except Exception:
-            log.exception("refusing connection")
-            await _aclose_quietly(stream)
-            return
-        await run_connection(stream, engine)
-
+    listeners = backing_off(await trio.open_tcp_listeners(port, host=host or None))
+    handle = connection_handler(make_engine, limits=limits, handshake_timeout=handshake_timeout)
     async with trio.open_nursery() as nursery:
         task_status.started(listeners)
         await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
+
+
+class _BackingOffListener(trio.abc.Listener):
+    """A SocketListener whose accept() waits and retries when the process is out of descriptors
+    (EMFILE, ENFILE) or kernel buffers, with one log line per ACCEPT_ERROR_LOG_INTERVAL, instead of
+    letting trio.serve_listeners log every failed accept (hundreds a minute) at a full core."""
+
+    def __init__(self, inner: trio.SocketListener):
+        self.inner = inner
+        self.socket = inner.socket  # callers read the bound address from it
+        self._failures_since_log = 0
+        self._last_log = -math.inf
+
+    async def accept(self):
+        delay = ACCEPT_BACKOFF_FIRST
+        while True:
+            try:
+                return await self.inner.accept()
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_RETRY_ERRNOS:
+                    raise
+                self._note(exc)
+                await trio.sleep(delay)
+                delay = min(delay * 2, ACCEPT_BACKOFF_MAX)
+
+    def _note(self, exc: OSError) -> None:
+        self._failures_since_log += 1
+        now = trio.current_time()
+        if now - self._last_log >= ACCEPT_ERROR_LOG_INTERVAL:
+            log.error("listener %s: cannot accept connections: %s (%d failed accepts since the last line); "
+                      "retrying", _sockname(self.inner.socket), exc.strerror or exc, self._failures_since_log)
+            self._last_log = now
+            self._failures_since_log = 0
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _sockname(sock) -> str:
+    try:
+        host, port = sock.getsockname()[:2]
+        return f"{host}:{port}"
+    except Exception:  # noqa: BLE001 - only for a log line
+        return "?"
 
 
 @dataclass
