@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
+from wire.logformat import OneLineFormatter
+
 # Dispatch's levels, lowest first, mapped onto Python's (notice sits between info and warning).
 LEVELS = {
     "trace": 5,
@@ -56,7 +58,7 @@ def configure_logging(log_entities) -> None:
             specific.append((MODULES.get(module, module.lower()), lvl))
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if include_ts else "%(levelname)s %(name)s: %(message)s"
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(fmt))
+    handler.setFormatter(OneLineFormatter(fmt))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(root_level)

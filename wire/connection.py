@@ -19,6 +19,7 @@ import proton
 from proton import Transport
 
 from wire import raw
+from wire.logformat import escape_unprintable
 
 log = logging.getLogger("wire.connection")
 
@@ -467,9 +468,7 @@ def printable(value) -> str:
     text = value if isinstance(value, str) else str(value)
     if len(text) > MAX_LOGGED_PEER_TEXT:
         text = text[:MAX_LOGGED_PEER_TEXT] + "..."
-    if text.isprintable():
-        return text
-    return text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return escape_unprintable(text)
 
 
 # What a failed connection still handles: the events that end it.
