@@ -68,12 +68,13 @@ class RouterConfig:
     logs: list[Entity] = field(default_factory=list)
     ssl_profiles: list[Entity] = field(default_factory=list)
     flow_records: list[Entity] = field(default_factory=list)
+    policies: list[Entity] = field(default_factory=list)  # at most one
 
     def entities(self) -> Iterator[Entity]:
         """Every entity, router first, then in the order of the lists above."""
         yield self.router
         for group in (self.listeners, self.connectors, self.addresses, self.link_routes,
-                      self.auto_links, self.logs, self.ssl_profiles, self.flow_records):
+                      self.auto_links, self.logs, self.ssl_profiles, self.flow_records, self.policies):
             yield from group
 
 
@@ -81,7 +82,7 @@ class RouterConfig:
 _LISTS = {
     "listener": "listeners", "connector": "connectors", "address": "addresses",
     "linkRoute": "link_routes", "autoLink": "auto_links", "log": "logs",
-    "sslProfile": "ssl_profiles", "flowRecords": "flow_records",
+    "sslProfile": "ssl_profiles", "flowRecords": "flow_records", "policy": "policies",
 }
 
 # ---------------------------------------------------------------------------
@@ -457,6 +458,9 @@ def parse_config(text: str, path: str = "<config>") -> RouterConfig:
         modules[e["module"]] = e
     _check_duplicates(cfg.addresses, "address", _match_key)
     _check_duplicates(cfg.link_routes, "linkRoute", lambda e: (_match_key(e), e["direction"]))
+    if len(cfg.policies) > 1:
+        raise ConfigError(path, cfg.policies[1].line, "policy: only one policy section is allowed "
+                          f"(the first is at line {cfg.policies[0].line})")
     return cfg
 
 

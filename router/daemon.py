@@ -19,13 +19,14 @@ import sys
 import click
 import trio
 
+from router import schema
 from router.config import ConfigError, RouterConfig, load_config
 from router.core import Router
 from router.flowhooks import recorder_from_config
 from router.logsetup import configure_logging
 from router.management import ManagementAgent
 from router.services import ServiceManager
-from wire.driver import shut_down_on_signal
+from wire.driver import ConnectionLimit, shut_down_on_signal
 from wire.management import MANAGEMENT_ADDRESS
 from wire.sasl import SaslConfigError, server_mechanisms
 
@@ -105,6 +106,14 @@ def warn_pending_features(cfg: RouterConfig) -> None:
                         entity.path, entity.line, entity.type, role)
 
 
+def connection_limit(cfg: RouterConfig) -> ConnectionLimit:
+    """The router-wide limit on accepted connections: the policy section's maxConnections."""
+    maximum = schema.DEFAULT_MAX_CONNECTIONS
+    if cfg.policies and cfg.policies[0].get("maxConnections") is not None:
+        maximum = int(cfg.policies[0]["maxConnections"])
+    return ConnectionLimit(maximum, "connections (policy maxConnections)")
+
+
 def mesh_timers(router_entity) -> dict:
     """The routing protocol's timers from the router entity (seconds)."""
     names = {"helloIntervalSeconds": "hello_interval", "helloMaxAgeSeconds": "hello_max_age",
@@ -155,7 +164,7 @@ def attach_agent(router: Router, agent: ManagementAgent) -> bool:
 
 async def _serve(router: Router, cfg: RouterConfig, signals, task_status) -> None:
     async with trio.open_nursery() as nursery:
-        services = ServiceManager(router, nursery, _settings)
+        services = ServiceManager(router, nursery, _settings, connection_limit=connection_limit(cfg))
         for entity in cfg.listeners:
             host = entity.get("host") or ""
             port = int(entity["port"])

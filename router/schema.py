@@ -422,10 +422,21 @@ _FLOW_RECORDS = _entity("flowRecords", "flowRecords", [
     Attr("rotateMB", "float", 64.0, min=0.001, extension=True, doc="File size at which a new file is begun."),
 ], doc="Flow records for tdflow (tdrouterd extension).")
 
+#: Dispatch's default for the policy entity's maxConnections.
+DEFAULT_MAX_CONNECTIONS = 65535
+
+_POLICY = _entity("policy", "policy", [
+    _name("Unique name of this entity."),
+    Attr("maxConnections", "integer", DEFAULT_MAX_CONNECTIONS, min=0,
+         doc="Most connections accepted by all listeners together (0 = no limit); one more is answered "
+             "with amqp:resource-limit-exceeded and closed."),
+], doc="Router-wide connection limits (Dispatch's global policy). Vhost policies are not supported: their "
+       "attributes are refused.")
+
 #: canonical section name -> entity type, in the order sections are documented
 ENTITY_TYPES: dict[str, EntityType] = {
     e.name: e for e in (_ROUTER, _LISTENER, _CONNECTOR, _ADDRESS, _LINK_ROUTE, _AUTO_LINK,
-                        _LOG, _FLOW_RECORDS, _SSL_PROFILE)
+                        _LOG, _FLOW_RECORDS, _SSL_PROFILE, _POLICY)
 }
 
 #: other spellings of section / entity type names -> canonical name
@@ -440,7 +451,7 @@ TYPE_ALIASES: dict[str, str] = {
 
 #: Dispatch sections that tdrouterd does not implement (named in the error message)
 UNSUPPORTED_SECTIONS = (
-    "policy", "vhost", "authServicePlugin", "exchange", "binding", "tcpListener",
+    "vhost", "authServicePlugin", "exchange", "binding", "tcpListener",
     "tcpConnector", "httpListener", "httpConnector", "console", "fixedAddress",
     "waypoint", "linkRoutePattern",
 )

@@ -200,3 +200,20 @@ def test_broker_invalid_utf8_container_id_closes_that_connection_only(broker):
     assert broker.proc.poll() is None
     flow_works(url, "work")
     assert "Traceback" not in broker.stderr_text()
+
+
+def test_router_policy_max_connections_refuses_the_one_over(router_factory):
+    router = router_factory("policy {\n    maxConnections: 3\n}")
+    held = [Consumer(router.url, f"held-{i}", credit=10).start() for i in range(3)]
+    for c in held:
+        assert c.attached.wait(TIMEOUT)
+    how, answer = send_and_read_answer(router.url, client_stream())
+    assert how == "eof", how
+    assert b"amqp:resource-limit-exceeded" in answer
+    assert "refused" in router.stderr_text()
+    held[0].close()
+    # A place is free again: a new client gets in and traffic flows to a held consumer.
+    p = Producer(router.url, "held-1", count=10).start()
+    p.wait(TIMEOUT)
+    held[1].wait(TIMEOUT, count=10)
+    assert p.outcomes == {"accepted": 10}

@@ -393,8 +393,10 @@ ERRORS = [
      "already set at line 2"),
     ("unknown section", "router {\n}\nlistner {\n}\n", 3,
      "unknown section 'listner' (did you mean 'listener'?); expected one of router, listener, "
-     "connector, address, linkRoute, autoLink, log, flowRecords, sslProfile"),
-    ("unsupported section", "policy {\n}\n", 1, "section 'policy' is not supported by tdrouterd"),
+     "connector, address, linkRoute, autoLink, log, flowRecords, sslProfile, policy"),
+    ("unsupported section", "vhost {\n}\n", 1, "section 'vhost' is not supported by tdrouterd"),
+    ("second policy", "policy {\n maxConnections: 5\n}\npolicy {\n maxConnections: 6\n}\n", 4,
+     "policy: only one policy section is allowed (the first is at line 1)"),
     ("nested section", "router {\n  id: R\n  listener {\n  }\n}\n", 3,
      "section 'listener' cannot be nested inside 'router' (missing '}' for 'router' opened at line 1?)"),
     ("stray close", "router {\n}\n}\n", 3, "unexpected '}' outside any section"),
