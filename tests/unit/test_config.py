@@ -547,7 +547,7 @@ def test_every_schema_attribute_is_documented():
     doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     missing = []
     for name in ("router", "listener", "connector", "address", "linkRoute", "autoLink", "log", "flowRecords",
-                 "sslProfile"):
+                 "sslProfile", "policy"):
         for attr in schema.entity_type(name):
             if f"| `{attr.name}` |" not in doc:
                 missing.append(f"{name}.{attr.name}")
