@@ -90,10 +90,23 @@ def check_config(cfg: RouterConfig) -> None:
 TICK_SECONDS = 0.5
 
 
+# A failing tick is logged with its traceback at most this often (seconds); the router carries on.
+TICK_ERROR_LOG_INTERVAL = 60.0
+
+
 async def _ticker(router: Router) -> None:
+    """Time-driven work. An exception in it (state a peer managed to corrupt, a bug) is logged and the
+    next tick runs: it must never end the daemon and with it every connection."""
+    last_logged = -TICK_ERROR_LOG_INTERVAL
     while True:
         await trio.sleep(TICK_SECONDS)
-        router.tick(trio.current_time())
+        try:
+            router.tick(trio.current_time())
+        except Exception:  # noqa: BLE001 - see the docstring
+            now = trio.current_time()
+            if now - last_logged >= TICK_ERROR_LOG_INTERVAL:
+                last_logged = now
+                log.exception("router tick failed; carrying on")
 
 
 def warn_pending_features(cfg: RouterConfig) -> None:
