@@ -427,7 +427,8 @@ class Forwarder:
         """Return everything queued on or unsettled at a departing consumer to its producers.
 
         Undelivered copies were never seen by the consumer: released. Copies sent but not settled may
-        have been processed: modified with delivery-failed, so the producer may resend.
+        have been processed: modified with delivery-failed, so the producer may resend. The same holds
+        for a link to a neighbour router that is lost.
         """
         q = ol.undelivered
         ol.undelivered = type(q)()
@@ -439,12 +440,13 @@ class Forwarder:
                 self._left_buffer(ind)
         unsettled = ol.unsettled
         ol.unsettled = {}
-        # Through a lost neighbour the copy may or may not have reached a consumer; issue 4 asks for
-        # such in-flight deliveries to go back to their producers as released.
-        lost = RELEASED if ol.inter_router else MODIFIED
+        # Sent and not settled: through a lost neighbour as much as to a departing consumer, the copy may
+        # have reached a consumer and been processed, so the producer hears modified (delivery-failed),
+        # never released ("not delivered", AMQP 1.0 §3.4.4), which would invite a duplicate; as Dispatch
+        # does for deliveries in flight on a lost link (router_core/connections.c).
         for ind in unsettled.values():
             ind.copies -= 1
-            self._copy_done(ind, lost, None)
+            self._copy_done(ind, MODIFIED, None)
 
     def grant_initial_credit(self, il: RouterLink) -> None:
         """Credit for a new incoming link: capacity now if it can go somewhere, else withheld."""
