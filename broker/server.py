@@ -49,6 +49,7 @@ from broker.links import BrokerConnection, BrokerLink
 from broker.queue import ACCEPTED, MODIFIED, REJECTED, RELEASED, Queue, QueuedMessage
 from wire import raw
 from wire.terminus import capabilities
+from wire.validate import validate_message
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 
 log = logging.getLogger("broker.server")
@@ -268,6 +269,7 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
             return
         now = self.clock()
         try:
+            validate_message(payload)  # stored and replayed: the whole section grammar, not only the header
             msg = QueuedMessage.from_bytes(payload, now)
         except Exception as exc:  # a malformed message: reject it, keep the link
             raw.set_rejected(d, "amqp:decode-error", str(exc)[:200])

@@ -275,6 +275,18 @@ def _skip(b, pos, limit):
             return pos
 
 
+def skip_value(buf, offset=0, limit=None) -> int:
+    """The offset just past the (possibly described) value at ``offset``, by its size prefixes only
+    (compound contents are not decoded, so skipping a 1 MB binary costs no copy). CodecError when it
+    is truncated or starts with an invalid constructor."""
+    try:
+        return _skip(buf, offset, len(buf) if limit is None else limit)
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed value: {e}") from None
+
+
 # Python exceptions that malformed input can provoke in the decoders (here and in wire.codec /
 # wire.annotations); the public entry points turn them into CodecError.
 _DECODE_ERRORS = (IndexError, struct.error, UnicodeError, RecursionError, OverflowError, ValueError)
