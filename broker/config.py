@@ -220,8 +220,30 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
             others = [p for p in protocols if p != xs.AMQP_PROTOCOL]
             if others:
                 ctx.warn(el, f"acceptor {aname!r}: tdbroker speaks AMQP only; ignoring {','.join(others)}")
-        out.append(Acceptor(aname, host, port, protocols, params, el.line))
+        connections_allowed = _int_param(ctx, el, aname, params, "connectionsAllowed",
+                                         xs.DEFAULT_CONNECTIONS_ALLOWED, minimum=-1)
+        handshake_timeout = _int_param(ctx, el, aname, params, "handshake-timeout",
+                                       xs.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, minimum=0)
+        if params.get("sslEnabled", "false").strip().lower() == "true":
+            raise ctx.error(el, f"acceptor {aname!r}: sslEnabled=true: TLS acceptors are not supported yet; "
+                                "refusing rather than accepting plaintext on a port meant for TLS")
+        out.append(Acceptor(aname, host, port, protocols, params, el.line,
+                            connections_allowed=connections_allowed, handshake_timeout=float(handshake_timeout)))
     return out
+
+
+def _int_param(ctx: Ctx, el, aname: str, params: dict, key: str, default: int, *, minimum: int) -> int:
+    """An integer acceptor URI parameter (removed from ``params``), FILE:LINE error when it is not one."""
+    raw = params.pop(key, None)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ctx.error(el, f"acceptor {aname!r}: {key}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ctx.error(el, f"acceptor {aname!r}: {key}={value} must be at least {minimum}")
+    return value
 
 
 def _parse_addresses(ctx: Ctx, parent) -> list[AddressConfig]:

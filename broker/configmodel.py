@@ -27,6 +27,8 @@ class Acceptor:
     protocols: tuple          # upper-case protocol names; always includes "AMQP"
     params: dict              # the other URI query parameters, as strings
     line: int
+    connections_allowed: int = -1   # Artemis' connectionsAllowed: -1 = no limit
+    handshake_timeout: float = 10.0  # Artemis' handshake-timeout (seconds): 0 = none
 
 
 @dataclass

@@ -7,6 +7,7 @@ stderr. SIGINT/SIGTERM close every connection with a close frame, sync the journ
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import sys
@@ -17,7 +18,8 @@ import trio
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
 from broker.server import Broker
-from wire.driver import serve_listener, shut_down_on_signal
+from wire.driver import ConnectionLimit, serve_listener, shut_down_on_signal
+from wire.logformat import OneLineFormatter
 
 log = logging.getLogger("broker.daemon")
 
@@ -84,11 +86,15 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
             nursery.start_soon(broker.recorder.run)
         for acc in cfg.acceptors:
             settings = broker.connection_settings(name=acc.name)
+            limits = ()
+            if acc.connections_allowed >= 0:
+                limits = (ConnectionLimit(acc.connections_allowed, f"connections (acceptor {acc.name} "
+                                                                   "connectionsAllowed)"),)
             try:
-                listeners = await nursery.start(
+                listeners = await nursery.start(functools.partial(
                     serve_listener, acc.host, acc.port,
                     lambda remote, s=settings: broker.new_engine(s, server=True, remote_host=remote),
-                )
+                    limits=limits, handshake_timeout=acc.handshake_timeout))
             except OSError as exc:
                 raise SystemExit(f"{cfg.path}:{acc.line}: acceptor {acc.name}: cannot listen on "
                                  f"{acc.host}:{acc.port}: {exc}")
@@ -119,8 +125,9 @@ def main(config_path: str, verbose: bool) -> None:
     except OSError as exc:
         click.echo(f"{config_path}: {exc.strerror or exc}", err=True)
         sys.exit(2)
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     for w in cfg.warnings:
         click.echo(w, err=True)
     try:

@@ -52,6 +52,12 @@ MAX_PORT = 65535
 DEFAULT_MAX_CONSUMERS = -1
 #: A configured queue is durable unless <durable>false</durable>.
 DEFAULT_QUEUE_DURABLE = True
+#: Acceptor URI parameters tdbroker acts on, with Artemis' defaults: connections beyond
+#: connectionsAllowed are refused (-1 = no limit); a client that has not completed the AMQP handshake
+#: within handshake-timeout seconds is disconnected (0 = never).
+DEFAULT_CONNECTIONS_ALLOWED = -1
+DEFAULT_HANDSHAKE_TIMEOUT_SECONDS = 10
+
 #: The only protocol tdbroker speaks; an acceptor must offer it.
 AMQP_PROTOCOL = "AMQP"
 ROUTING_TYPES = ("ANYCAST", "MULTICAST")

@@ -217,3 +217,53 @@ def test_router_policy_max_connections_refuses_the_one_over(router_factory):
     p.wait(TIMEOUT)
     held[1].wait(TIMEOUT, count=10)
     assert p.outcomes == {"accepted": 10}
+
+
+@pytest.fixture
+def broker_with(tmp_path):
+    """``start(params)``: a tdbroker whose acceptor URI carries ``params`` (e.g. connectionsAllowed=2)."""
+    started = []
+
+    def start(params: str) -> BrokerProcess:
+        conf = tmp_path / "broker.xml"
+        text = BROKER_XML.format(journal=tmp_path / "journal").replace(
+            "?protocols=AMQP", f"?protocols=AMQP;{params}")
+        conf.write_text(text)
+        b = BrokerProcess(conf, tmp_path).start()
+        started.append(b)
+        return b
+
+    yield start
+    for b in started:
+        assert b.stop() == 0, b.stderr_text()
+
+
+def test_broker_connections_allowed_refuses_the_one_over(broker_with):
+    broker = broker_with("connectionsAllowed=2")
+    url = f"amqp://127.0.0.1:{broker.ports['amqp']}"
+    held = [Consumer(url, "work", credit=10).start() for _ in range(2)]
+    for c in held:
+        assert c.attached.wait(TIMEOUT)
+    how, answer = send_and_read_answer(url, client_stream())
+    assert how == "eof", how
+    assert b"amqp:resource-limit-exceeded" in answer
+    held[0].close()
+    p = Producer(url, "work", count=10).start()
+    p.wait(TIMEOUT)
+    held[1].wait(TIMEOUT, count=10)
+    assert p.outcomes == {"accepted": 10}
+
+
+def test_broker_handshake_timeout_drops_silent_sockets(broker_with):
+    broker = broker_with("handshake-timeout=1")
+    url = f"amqp://127.0.0.1:{broker.ports['amqp']}"
+    silent = [RawSocket(url) for _ in range(10)]
+    t0 = time.monotonic()
+    try:
+        for s in silent:
+            assert s.read_until_closed(TIMEOUT) in ("eof", "reset")
+        assert time.monotonic() - t0 < TIMEOUT
+        flow_works(url, "work")
+    finally:
+        for s in silent:
+            s.close()

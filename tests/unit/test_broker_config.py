@@ -559,3 +559,23 @@ def test_flow_records_element():
 def test_flow_records_errors(attrs, message):
     err = error_of(core(f"<flow-records {attrs}/>"))
     assert err.line == 5 and message in str(err)
+
+
+def test_acceptor_limits_are_parsed_and_checked():
+    from broker.config import BrokerConfigError, parse_broker_config
+
+    def acceptor(params: str):
+        return ("<configuration xmlns=\"urn:activemq\"><core xmlns=\"urn:activemq:core\"><acceptors>\n"
+                f"<acceptor name=\"a\">tcp://127.0.0.1:0?protocols=AMQP;{params}</acceptor>\n"
+                "</acceptors></core></configuration>")
+
+    acc = parse_broker_config(acceptor("amqpCredits=1000")).acceptors[0]
+    assert (acc.connections_allowed, acc.handshake_timeout) == (-1, 10.0)  # Artemis' defaults
+    acc = parse_broker_config(acceptor("connectionsAllowed=5;handshake-timeout=0")).acceptors[0]
+    assert (acc.connections_allowed, acc.handshake_timeout) == (5, 0.0)
+    assert "connectionsAllowed" not in acc.params
+    for bad, why in (("connectionsAllowed=lots", "is not an integer"), ("handshake-timeout=-2", "at least 0"),
+                     ("sslEnabled=true", "TLS acceptors are not supported")):
+        with pytest.raises(BrokerConfigError, match=why) as info:
+            parse_broker_config(acceptor(bad), "b.xml")
+        assert str(info.value).startswith("b.xml:2:")
