@@ -90,7 +90,8 @@ class AddressModel:
         q = Queue(name, max_delivery_attempts=settings.max_delivery_attempts,
                   dead_letter=lambda msg, reason, n=name: self._move(msg, n, dla, expired=False),
                   expired=lambda msg, n=name: self._move(msg, n, exa, expired=True),
-                  redelivery_delay=max(0, settings.redelivery_delay or 0), clock=self.clock)
+                  redelivery_delay=max(0, settings.redelivery_delay or 0), clock=self.clock,
+                  meter=self.meter)
         self.queues[name] = q
         self.queue_info[name] = QueueInfo(name, address, routing_type, durable, temporary,
                                           settings.expiry_delay or -1)

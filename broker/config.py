@@ -23,6 +23,7 @@ import re
 import urllib.parse
 import xml.etree.ElementTree as ET
 
+from . import limits
 from . import xmlschema as xs
 from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
     ANY_WORDS, DELIMITER, SINGLE_WORD, Acceptor, AddressConfig,
@@ -170,6 +171,10 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
             cfg.broker_connections = _parse_broker_connections(ctx, el)
         elif name == "flow-records":
             cfg.flow_records = _parse_flow_records(ctx, el)
+        elif name == "global-max-size":
+            cfg.global_max_size = ctx.value(el, "size")
+            cfg.global_max_size_line = el.line
+    limits.check_config(cfg)
     return cfg
 
 

@@ -148,6 +148,8 @@ class BrokerConfig:
     journal_sync_transactional: bool = xs.DEFAULT_JOURNAL_SYNC
     journal_sync_non_transactional: bool = xs.DEFAULT_JOURNAL_SYNC
     flow_records: FlowRecordsConfig | None = None
+    global_max_size: int | None = None  # bytes over every address; None or -1 = no global limit
+    global_max_size_line: int = 0
 
     def settings_for(self, address: str) -> AddressSettings:
         """The merged settings for ``address``, with Artemis' defaults for unset fields."""

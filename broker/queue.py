@@ -17,7 +17,9 @@ Semantics follow ActiveMQ Artemis where AMQP leaves a choice:
 * **Consumers** — credit-driven, round robin among the consumers that have credit.
 
 Messages stay bytes: :class:`QueuedMessage` carries the encoded message and the few header facts the
-queue needs (read once with :mod:`wire.header`).
+queue needs (read once with :mod:`wire.header`). Each queue keeps the encoded size of what it holds
+(``size_bytes``, and a broker-wide meter) for :mod:`broker.limits`. The module is a little over the
+project's ~600-line guide because the header fast path lives next to the one class that uses it.
 """
 
 from __future__ import annotations
@@ -278,8 +280,12 @@ class Queue:
     def __init__(self, name: str, *, max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
                  dead_letter: Callable[[QueuedMessage, str], None] | None = None,
                  expired: Callable[[QueuedMessage], None] | None = None,
-                 redelivery_delay: int = 0, clock: Callable[[], int] | None = None):
+                 redelivery_delay: int = 0, clock: Callable[[], int] | None = None, meter=None):
         self.name = name
+        # Encoded bytes of the messages held (ready or being delivered), here and in ``meter`` (an object
+        # with a ``total`` shared by every queue of a broker: its global-max-size accounting).
+        self.size_bytes = 0
+        self._meter = meter
         self.max_delivery_attempts = max_delivery_attempts
         # Artemis' redelivery-delay (ms): a message back after a failed attempt waits this long. Needs
         # the clock (ms since the epoch) to stamp its not-before time; without one there is no delay.
@@ -345,12 +351,20 @@ class Queue:
             msg.not_before = None
         return msg
 
+    def _gone(self, msg: QueuedMessage) -> None:
+        n = len(msg.payload)
+        self.size_bytes -= n
+        if self._meter is not None:
+            self._meter.total -= n
+
     def _expire_one(self, msg: QueuedMessage) -> None:
+        self._gone(msg)
         self.messages_expired += 1
         if self._expired is not None:
             self._expired(msg)
 
     def _kill(self, msg: QueuedMessage, reason: str) -> None:
+        self._gone(msg)
         self.messages_killed += 1
         if self._dead_letter is not None:
             self._dead_letter(msg, reason)
@@ -361,6 +375,10 @@ class Queue:
             raise ValueError("message already belongs to a queue")
         msg.seq = next(self._seq)
         self.messages_added += 1
+        n = len(msg.payload)
+        self.size_bytes += n
+        if self._meter is not None:
+            self._meter.total += n
         self._put(msg)
 
     def ready(self) -> list[QueuedMessage]:
@@ -516,6 +534,7 @@ class Queue:
         c, msg = self._deliveries.pop(delivery_token)
         del c.unacked[delivery_token]
         if outcome == ACCEPTED:
+            self._gone(msg)
             self.messages_acknowledged += 1
         elif outcome == REJECTED:
             self._kill(msg, REASON_REJECTED)
@@ -572,6 +591,8 @@ class Queue:
         self._expiry.clear()
         self._delayed.clear()
         self.messages_purged += len(gone)
+        for msg in gone:
+            self._gone(msg)
         return gone
 
     def purge(self) -> int:
@@ -589,4 +610,6 @@ class Queue:
             c.unacked.clear()
         self._deliveries.clear()
         self.messages_purged += len(gone)
+        for msg in gone:
+            self._gone(msg)
         return gone

@@ -123,7 +123,7 @@ ADDRESS_SETTING_IGNORED = frozenset("""
 CORE_HANDLED = (
     "name", "persistence-enabled", "journal-directory", "journal-file-size",
     "journal-sync-transactional", "journal-sync-non-transactional", "acceptors",
-    "addresses", "address-settings", "broker-connections", "flow-records",
+    "addresses", "address-settings", "broker-connections", "flow-records", "global-max-size",
 )
 
 #: <flow-records directory="..." sample="1.0" rotate-mb="64"/> (a tdbroker extension, not Artemis).
@@ -147,7 +147,7 @@ CORE_IGNORED = frozenset("""
     journal-compact-min-files journal-compact-percentage journal-file-open-timeout
     bindings-directory paging-directory large-messages-directory create-bindings-dir
     create-journal-dir node-manager-lock-directory page-sync-timeout
-    page-max-concurrent-io read-whole-page global-max-size global-max-messages
+    page-max-concurrent-io read-whole-page global-max-messages
     max-disk-usage disk-scan-period critical-analyzer critical-analyzer-timeout
     critical-analyzer-check-period critical-analyzer-policy message-expiry-scan-period
     message-expiry-thread-priority address-queue-scan-period connection-ttl-override

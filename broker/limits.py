@@ -1,0 +1,125 @@
+"""Address memory limits: Artemis' ``max-size-bytes`` + ``address-full-policy`` (address-settings) and
+``global-max-size`` (core), sans-IO.
+
+What counts is the encoded size of the messages the queues hold (ready or being delivered), kept by each
+:class:`broker.queue.Queue` (``size_bytes``) and, summed over every queue, by one :class:`SizeMeter`.
+An address's size is the sum over the queues a message is routed to; a multicast message therefore
+counts once per subscription queue (Artemis counts the shared message once: our figure is the upper
+bound, so a limit is never exceeded by the difference).
+
+A message that would take its address over ``max-size-bytes``, or the broker over ``global-max-size``,
+meets its address's full policy (Artemis docs, "Paging" and "Address Settings"):
+
+* ``FAIL`` — rejected with ``amqp:resource-limit-exceeded``; the link stays.
+* ``DROP`` — accepted and dropped; counted in :attr:`AddressLimits.dropped` (management shows it).
+* ``BLOCK`` — stored, but the producer's credit is not given back while the address is full; it is
+  returned once consumers have taken the address below its limit. A producer holding credit can still
+  send what that credit allows (at most the link's credit window): the overshoot is bounded by it.
+* ``PAGE`` — not implemented: a configuration that would page (a limit with the PAGE policy, which is
+  Artemis' default policy) is refused at start-up by :func:`check_config`, never silently unbounded.
+"""
+
+from __future__ import annotations
+
+from broker.configmodel import AddressSettings, BrokerConfig
+from broker.xmlschema import BrokerConfigError
+
+FAIL, BLOCK, DROP, PAGE = "FAIL", "BLOCK", "DROP", "PAGE"
+# What store() is told to do with one message.
+STORE, STORE_BLOCKED, REJECT, DISCARD = "store", "store-blocked", "reject", "discard"
+
+# The condition Artemis' AMQP protocol manager sends for a full address.
+RESOURCE_LIMIT_EXCEEDED = "amqp:resource-limit-exceeded"
+
+
+class SizeMeter:
+    """The total encoded size of every message every queue of a broker holds (updated by the queues)."""
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = 0
+
+
+def check_config(cfg: BrokerConfig) -> None:
+    """Refuse at start-up what would need paging: a ``max-size-bytes`` limit whose policy is PAGE, or
+    a ``global-max-size`` while the catch-all policy is PAGE. FILE:LINE names the setting."""
+    for s in cfg.address_settings:
+        merged = cfg.settings_for(s.match)
+        limited = merged.max_size_bytes is not None and merged.max_size_bytes >= 0
+        if limited and (merged.address_full_policy or PAGE) == PAGE:
+            raise BrokerConfigError(cfg.path, s.line, f"address-setting {s.match!r}: max-size-bytes "
+                                    f"{merged.max_size_bytes} with address-full-policy PAGE: paging is not "
+                                    "implemented; use FAIL, BLOCK or DROP")
+    if cfg.global_max_size is not None and cfg.global_max_size >= 0:
+        catch_all = cfg.settings_for("#")
+        if (catch_all.address_full_policy or PAGE) == PAGE:
+            raise BrokerConfigError(cfg.path, cfg.global_max_size_line, "global-max-size needs an "
+                                    "address-full-policy other than PAGE for every address (paging is not "
+                                    "implemented): set FAIL, BLOCK or DROP in <address-setting match=\"#\">")
+
+
+class AddressLimits:
+    """The limits of one broker; :meth:`verdict` is asked once per message stored, only when
+    :attr:`active` (some limit is configured), so a broker without limits pays nothing."""
+
+    def __init__(self, cfg: BrokerConfig, meter: SizeMeter):
+        self.cfg = cfg
+        self.meter = meter
+        self.global_max = cfg.global_max_size if cfg.global_max_size is not None else -1
+        self.active = self.global_max >= 0 or any(
+            s.max_size_bytes is not None and s.max_size_bytes >= 0 for s in cfg.address_settings)
+        self._per_address: dict[str, tuple[int, str]] = {}
+        self.dropped: dict[str, int] = {}       # address -> messages dropped by the DROP policy
+        self.rejected: dict[str, int] = {}      # address -> messages rejected by the FAIL policy
+        self.blocked: dict = {}                 # incoming link -> (address, queues, credit owed)
+
+    def limit_of(self, address: str) -> tuple[int, str]:
+        """(max-size-bytes, policy) for ``address``; -1 = no address limit."""
+        got = self._per_address.get(address)
+        if got is None:
+            s: AddressSettings = self.cfg.settings_for(address)
+            got = (s.max_size_bytes if s.max_size_bytes is not None else -1, s.address_full_policy or PAGE)
+            self._per_address[address] = got
+        return got
+
+    def full(self, address: str, queues, extra: int = 0) -> bool:
+        """True when storing ``extra`` more bytes in each of ``queues`` would pass a limit."""
+        if self.global_max >= 0 and self.meter.total + extra * len(queues) > self.global_max:
+            return True
+        max_bytes, _policy = self.limit_of(address)
+        return max_bytes >= 0 and sum(q.size_bytes for q in queues) + extra * len(queues) > max_bytes
+
+    def verdict(self, address: str, queues, size: int) -> str:
+        """What to do with a message of ``size`` bytes for ``address`` routed to ``queues``."""
+        if not queues or not self.full(address, queues, size):
+            return STORE
+        policy = self.limit_of(address)[1]
+        if policy == FAIL:
+            self.rejected[address] = self.rejected.get(address, 0) + 1
+            return REJECT
+        if policy == DROP:
+            self.dropped[address] = self.dropped.get(address, 0) + 1
+            return DISCARD
+        return STORE_BLOCKED
+
+    def owe(self, link, address: str, queues) -> None:
+        """``link`` gets one credit back once ``address`` is below its limits again."""
+        _addr, _queues, owed = self.blocked.get(link, (address, queues, 0))
+        self.blocked[link] = (address, queues, owed + 1)
+
+    def unblocked(self) -> list:
+        """[(link, credit owed)] for blocked links whose address has room again (they are forgotten)."""
+        out = []
+        for link, (address, queues, owed) in list(self.blocked.items()):
+            if not self.full(address, queues):
+                del self.blocked[link]
+                out.append((link, owed))
+        return out
+
+    def forget(self, link) -> None:
+        self.blocked.pop(link, None)
+
+    def blocking(self, address: str, queues) -> bool:
+        """True when a producer to ``address`` must not get credit back now (BLOCK policy, full)."""
+        return self.limit_of(address)[1] == BLOCK and self.full(address, queues)

@@ -1,0 +1,174 @@
+"""Address limits in tdbroker (issue 10: 400 MB were accepted against a 10 MB FAIL limit, silently):
+max-size-bytes with FAIL / DROP / BLOCK, global-max-size, PAGE refused at start-up, and a multi-frame
+message refused while it still arrives. In memory, a real Broker behind proton peers."""
+
+from __future__ import annotations
+
+import pytest
+from proton import Message
+
+from broker.config import BrokerConfigError, parse_broker_config
+from broker.server import Broker
+from tests.unit.enginepair import RouterHarness, outcome, settle
+
+BODY = b"x" * 1000
+XML = """\
+<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <name>limits</name>
+  <persistence-enabled>false</persistence-enabled>
+  {core}
+  <addresses>
+    <address name="orders"><anycast><queue name="orders"/></anycast></address>
+    <address name="other"><anycast><queue name="other"/></anycast></address>
+    <address name="news"><multicast/></address>
+  </addresses>
+  <address-settings>
+    <address-setting match="#"><address-full-policy>{catch_all}</address-full-policy></address-setting>
+    <address-setting match="orders">
+      <max-size-bytes>{limit}</max-size-bytes>
+      <address-full-policy>{policy}</address-full-policy>
+    </address-setting>
+  </address-settings>
+</core></configuration>
+"""
+
+
+def make(policy="FAIL", limit="10K", core="", catch_all="FAIL") -> tuple[Broker, RouterHarness]:
+    broker = Broker(parse_broker_config(XML.format(policy=policy, limit=limit, core=core, catch_all=catch_all)))
+    broker.open_journal()
+    return broker, RouterHarness(router=broker)
+
+
+def send_n(h, peer, snd, n, body=BODY):
+    ds = [peer.send(snd, Message(body=body)) for _ in range(n)]
+    h.pump()
+    return ds
+
+
+def states(ds) -> list:
+    return [outcome(d)["state"] for d in ds]
+
+
+def test_fail_rejects_beyond_the_limit_and_accepts_again_once_drained():
+    broker, h = make("FAIL", "10K")
+    prod = h.connect()
+    snd = prod.sender("orders")
+    h.pump()
+    ds = send_n(h, prod, snd, 30)
+    got = states(ds)
+    accepted = got.count("accepted")
+    assert 8 <= accepted <= 10 and got[:accepted] == ["accepted"] * accepted
+    assert set(got[accepted:]) == {"rejected"}
+    assert outcome(ds[-1])["condition"] == ("amqp:resource-limit-exceeded", "Address is full: orders")
+    q = broker.queues["orders"]
+    assert q.size_bytes <= 10 * 1024 and q.message_count == accepted
+    # Another address has no limit of its own: unaffected.
+    other = prod.sender("other")
+    h.pump()
+    assert set(states(send_n(h, prod, other, 30))) == {"accepted"}
+    # A consumer drains the address: sends are accepted again.
+    cons = h.connect()
+    rcv = cons.receiver("orders", credit=100)
+    h.pump()
+    for r in cons.received(rcv, clear=True):
+        settle(r)
+    h.pump()
+    assert q.size_bytes == 0
+    assert states(send_n(h, prod, snd, 5)) == ["accepted"] * 5
+
+
+def test_drop_accepts_drops_and_counts():
+    broker, h = make("DROP", "10K")
+    prod = h.connect()
+    snd = prod.sender("orders")
+    h.pump()
+    assert set(states(send_n(h, prod, snd, 30))) == {"accepted"}
+    q = broker.queues["orders"]
+    assert q.size_bytes <= 10 * 1024
+    assert broker.limits.dropped["orders"] == 30 - q.message_count
+
+
+def test_block_withholds_credit_until_consumers_make_room():
+    broker, h = make("BLOCK", "10K")
+    prod = h.connect()
+    snd = prod.sender("orders")
+    h.pump()
+    window = snd.credit
+    assert window > 50
+    assert set(states(send_n(h, prod, snd, 50))) == {"accepted"}  # what the window allows is stored
+    q = broker.queues["orders"]
+    stored_credit = snd.credit
+    assert stored_credit < window - 30  # credit came back only while there was room
+    assert broker.limits.blocked
+    # A consumer takes everything: the owed credit comes back.
+    cons = h.connect()
+    rcv = cons.receiver("orders", credit=100)
+    h.pump()
+    for r in cons.received(rcv, clear=True):
+        settle(r)
+    h.pump()
+    assert q.size_bytes == 0
+    assert snd.credit == window
+    assert not broker.limits.blocked
+
+
+def test_global_max_size_applies_each_address_policy():
+    broker, h = make("FAIL", "-1", core="<global-max-size>20K</global-max-size>")
+    prod = h.connect()
+    orders, other = prod.sender("orders"), prod.sender("other")
+    h.pump()
+    first = states(send_n(h, prod, orders, 15))
+    assert first == ["accepted"] * 15
+    second = states(send_n(h, prod, other, 15))
+    assert "rejected" in second  # the catch-all policy is FAIL
+    assert broker.meter.total <= 20 * 1024
+
+
+def test_multicast_counts_each_subscription_queue():
+    broker, h = make("FAIL", "-1", core="<global-max-size>20K</global-max-size>")
+    subs = h.connect()
+    subs.receiver("news", credit=0)
+    subs.receiver("news", credit=0)
+    prod = h.connect()
+    snd = prod.sender("news")
+    h.pump()
+    got = states(send_n(h, prod, snd, 20))
+    assert 8 <= got.count("accepted") <= 10
+    assert broker.meter.total <= 20 * 1024
+
+
+def test_a_multi_frame_message_is_refused_while_it_arrives():
+    broker, h = make("FAIL", "10K")
+    prod = h.connect()
+    snd = prod.sender("orders")
+    h.pump()
+    big = prod.send(snd, Message(body=b"y" * 3_000_000))  # ~180 frames of 16 KiB: checked every 64
+    h.pump()
+    assert outcome(big)["state"] == "rejected"
+    assert snd.remote_condition.name == "amqp:link:message-size-exceeded"
+    assert broker.queues["orders"].message_count == 0
+    assert not broker._partial  # noqa: SLF001 - nothing of it is kept
+
+
+@pytest.mark.parametrize("setting,core,why", [
+    ("<max-size-bytes>10M</max-size-bytes>", "", "max-size-bytes 10485760 with address-full-policy PAGE"),
+    ("<max-size-bytes>10M</max-size-bytes><address-full-policy>PAGE</address-full-policy>", "",
+     "paging is not implemented"),
+    ("", "<global-max-size>1G</global-max-size>", "global-max-size needs an address-full-policy"),
+])
+def test_page_with_a_limit_is_refused_at_start_up(setting, core, why):
+    text = ("<configuration xmlns=\"urn:activemq\"><core xmlns=\"urn:activemq:core\">\n" + core + "\n"
+            "<address-settings>\n<address-setting match=\"q\">" + setting + "</address-setting>\n"
+            "</address-settings></core></configuration>")
+    with pytest.raises(BrokerConfigError, match=why) as info:
+        parse_broker_config(text, "b.xml")
+    assert str(info.value).startswith("b.xml:")
+
+
+def test_unlimited_page_as_in_artemis_stock_configuration_is_accepted():
+    text = ("<configuration xmlns=\"urn:activemq\"><core xmlns=\"urn:activemq:core\"><address-settings>"
+            "<address-setting match=\"#\"><max-size-bytes>-1</max-size-bytes>"
+            "<address-full-policy>PAGE</address-full-policy></address-setting>"
+            "</address-settings></core></configuration>")
+    cfg = parse_broker_config(text)
+    assert not Broker(cfg).limits.active
