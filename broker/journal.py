@@ -1,7 +1,8 @@
 """Durable message journal for tdbroker: append-only segment files, CRC per record, group commit, compaction.
 
-(Slightly over 600 lines on purpose: the on-disk format and the crash-safety rules are written down here,
-beside the one class that must honour them; the byte codec and file helpers live in journal_io.py.)
+(The on-disk format and the crash-safety rules are written down here, beside the class that must honour
+them; the byte codec, file helpers and group committer live in journal_io.py, compaction in
+journal_compact.py.)
 
 On-disk format
 --------------
@@ -33,15 +34,7 @@ bad record followed by more data, any problem in an earlier segment, a wrong mag
 the file and offset. Residual risk, accepted: a flipped bit in a *length* field near the end of the last
 segment that makes the record appear to run past end of file is taken for a torn tail.
 
-Compaction
-----------
-Only sealed segments are compacted and always a prefix of them, which is what makes it safe: an ACK or
-UPDATE always lies in the same or a later segment than its message. Leading sealed segments without live
-messages are unlinked oldest first (directory fsync after each, so a crash never leaves a later one gone
-while an earlier survives). If the remaining sealed segments hold dead bytes, their live messages (current
-durable delivery count folded in, append order kept) are rewritten into ``<last sealed seq>.tdj.tmp`` with
-``first_seq`` = first sealed seq, fsynced and renamed over the last sealed segment; then the others are
-unlinked. Compaction uses durable state only: an ACK still in the buffer does not drop its message.
+Compaction (dropping and rewriting sealed segments) is in :mod:`broker.journal_compact`.
 
 Threading: a :class:`Journal` belongs to the Trio thread. ``sync()``/``compact()`` block; the async path
 (:mod:`broker.journal_io`) splits them into plan (``begin_*``, Trio thread), I/O (``write_batch`` /
@@ -58,12 +51,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from broker.journal_compact import (  # noqa: F401  (re-exported)
+    COMPACT_DEAD_RATIO, COMPACT_DEAD_SEGMENTS, Compaction, CompactionPlan, CompactionStats, Segment,
+)
 from broker.journal_io import (  # noqa: F401  (errors re-exported: callers import them from here)
     COMPACT_WRITE_CHUNK, HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
-    RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_MESSAGE, T_UPDATE, TMP_SUFFIX, GroupCommitter,
-    JournalCorruptError, JournalError, JournalFailedError, JournalFormatError, JournalLockedError, create_file,
-    decode, encode_ack, encode_header, encode_message, encode_update, fsync_path, read_header, reencode_message,
-    scan_records, segment_name, write_all,
+    OUT_OF_SPACE, RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_MESSAGE, T_UPDATE, TMP_SUFFIX,
+    GroupCommitter, JournalCorruptError, JournalError, JournalFailedError, JournalFormatError,
+    JournalLockedError, JournalOutOfSpaceError, create_file, decode, decode_head, encode_ack, encode_header,
+    encode_message, encode_update, fsync_path, read_header, read_records, reencode_message, scan_records,
+    segment_name, write_all,
 )
 
 log = logging.getLogger("broker.journal")
@@ -71,11 +68,6 @@ log = logging.getLogger("broker.journal")
 # Large enough that rotation (an extra fsync and a directory fsync) is rare at broker rates; small enough
 # that a fully acknowledged segment is returned to the file system promptly.
 SEGMENT_BYTES = 64 * 1024 * 1024
-# Automatic compaction rewrites sealed segments only when at least half their bytes are dead, so each live
-# byte is rewritten about once per byte of new garbage at most (amortised O(1) write amplification) ...
-COMPACT_DEAD_RATIO = 0.5
-# ... and at least this many segments' worth of bytes are dead: less is not worth a rewrite.
-COMPACT_DEAD_SEGMENTS = 1.0
 LOCK_NAME = "journal.lock"
 
 
@@ -89,15 +81,15 @@ class StoredMessage:
     delivery_count: int
 
 
-@dataclass(frozen=True)
-class CompactionStats:
-    """What one compaction did."""
+@dataclass(frozen=True, slots=True)
+class RecoveredRecord:
+    """An unacknowledged message found by :meth:`Journal.recover_index`: where its payload is, not the payload
+    (read it with :meth:`Journal.read_payloads` when it is wanted in memory)."""
 
-    segments_removed: int = 0
-    segments_rewritten: int = 0
-    messages_moved: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
+    record_id: int
+    queue: str
+    delivery_count: int
+    payload_size: int
 
 
 @dataclass(frozen=True)
@@ -114,24 +106,12 @@ class JournalStats:
     last_sync_seconds: float
 
 
-@dataclass
-class _Segment:
-    seq: int
-    path: str
-    size: int
-    live_bytes: int = 0
-    live_count: int = 0
-
-    @property
-    def dead_bytes(self) -> int:
-        return self.size - HEADER_BYTES - self.live_bytes
-
-
-@dataclass
+@dataclass(slots=True)  # one per live message: kept small (no __dict__)
 class _Live:
     size: int
     delivery_count: int  # latest, buffered updates included
     durable_count: int
+    queue: str
     seq: int | None = None  # None while buffered
     offset: int = 0
     acked: bool = False  # an ACK is buffered or durable; the entry goes when the ACK is durable
@@ -158,21 +138,7 @@ class SyncBatch:
     new_fds: list[int] = field(default_factory=list)
 
 
-@dataclass
-class CompactionPlan:
-    """What :meth:`Journal.run_compaction` will do; made by :meth:`Journal.begin_compaction`."""
-
-    drop: list[_Segment]  # unlinked oldest first (no rewrite)
-    covered: list[_Segment]  # replaced by the rewrite
-    moves: list[tuple[int, int, int, int]]  # record_id, source seq, source offset, size
-    counts: dict[int, int]  # record_id -> durable delivery count to write
-    target: _Segment | None
-    next_id: int
-    new_offsets: dict[int, int] = field(default_factory=dict)
-    new_size: int = 0
-
-
-class Journal:
+class Journal(Compaction):
     """Append-only segmented journal of message records, sans-IO except for the file operations it is asked to do.
 
     Call :meth:`recover` once before anything else; append records (buffered, not durable), then
@@ -180,7 +146,8 @@ class Journal:
     """
 
     def __init__(self, directory: str | os.PathLike, *, segment_bytes: int = SEGMENT_BYTES, fsync: bool = True,
-                 compact_dead_bytes: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 compact_dead_bytes: int | None = None, clock: Callable[[], float] = time.monotonic,
+                 write: Callable[[int, bytes], None] = write_all) -> None:
         if segment_bytes <= HEADER_BYTES:
             raise ValueError(f"segment_bytes must exceed the {HEADER_BYTES}-byte header")
         self.directory = os.fspath(directory)
@@ -189,7 +156,8 @@ class Journal:
         self.compact_dead_bytes = (int(segment_bytes * COMPACT_DEAD_SEGMENTS)
                                    if compact_dead_bytes is None else compact_dead_bytes)
         self._clock = clock
-        self._segments: list[_Segment] = []
+        self._write = write  # every journal write goes through it (tests inject ENOSPC here)
+        self._segments: list[Segment] = []
         self._messages: dict[int, _Live] = {}
         self._buffer: list[tuple[int, int, bytes]] = []
         self._next_id = 1
@@ -199,15 +167,26 @@ class Journal:
         self._lock_fd = -1
         self._state = "new"  # new -> open -> closed
         self._busy = False
+        self._compacting = False  # a compaction plan is out: record locations may be about to change
+        self._read_holds = 0  # locations handed out for reading (read_payloads in a worker thread)
+        self._inflight: SyncBatch | None = None  # the batch being written (its records are not in _buffer)
         self._failure: BaseException | None = None
         self._syncs = self._records_synced = self._compactions = 0
+        self._scan_top = 0  # recovery: the last message record id seen (ids only grow in append order)
         self._last_sync_seconds = 0.0
 
     # ---- recovery ---------------------------------------------------------------------------------
 
     def recover(self) -> list[StoredMessage]:
         """Open the directory (creating it if needed), validate every segment, truncate a torn tail and
-        return the unacknowledged messages in append order."""
+        return the unacknowledged messages in append order, payloads read into memory."""
+        index = self.recover_index()
+        payloads = dict(read_records(self.locate([r.record_id for r in index])))
+        return [StoredMessage(r.record_id, r.queue, payloads[r.record_id], r.delivery_count) for r in index]
+
+    def recover_index(self) -> list[RecoveredRecord]:
+        """Like :meth:`recover` but without the payloads (memory stays small whatever the journal holds):
+        the broker reads those it keeps in memory and leaves the others on disk (paging)."""
         if self._state != "new":
             raise JournalError("recover() must be called exactly once, before anything else")
         os.makedirs(self.directory, exist_ok=True)
@@ -227,7 +206,7 @@ class Journal:
             self._lock_fd = -1
             raise
 
-    def _recover(self) -> list[StoredMessage]:
+    def _recover(self) -> list[RecoveredRecord]:
         found: list[tuple[int, str]] = []
         for name in os.listdir(self.directory):
             path = os.path.join(self.directory, name)
@@ -253,13 +232,10 @@ class Journal:
             next_floor = max(next_floor, next_id)
         if removed and self.fsync:
             fsync_path(self.directory, directory=True)
-        payloads: dict[int, tuple[str, bytes]] = {}
+        top = 0
         for i, (seq, path, _) in enumerate(kept):
-            self._scan(seq, path, last=i == len(kept) - 1, payloads=payloads)
-        self._next_id = max([next_floor] + [rid + 1 for rid in payloads])
-        for rid in list(payloads):
-            if rid not in self._messages:
-                del payloads[rid]
+            top = max(top, self._scan(seq, path, last=i == len(kept) - 1))
+        self._next_id = max(next_floor, top + 1)
         if not self._segments:
             seg = self._create_segment(1, 1)
             self._segments.append(seg)
@@ -267,30 +243,36 @@ class Journal:
         self._durable_id = self._next_id - 1
         self._live_count = len(self._messages)
         self._state = "open"
-        return [StoredMessage(rid, q, p, self._messages[rid].delivery_count) for rid, (q, p) in payloads.items()]
+        head = RECORD_HEADER_BYTES + MSG.size
+        return [RecoveredRecord(rid, m.queue, m.delivery_count, m.size - head - len(m.queue.encode()))
+                for rid, m in self._messages.items()]
 
-    def _scan(self, seq: int, path: str, *, last: bool, payloads: dict[int, tuple[str, bytes]]) -> None:
+    def _scan(self, seq: int, path: str, *, last: bool) -> int:
+        """Index one segment (no payload is kept); returns the highest message record id seen."""
         with open(path, "rb") as f:
             data = f.read()
-        seg = _Segment(seq, path, HEADER_BYTES)
+        seg = Segment(seq, path, HEADER_BYTES)
         self._segments.append(seg)
+        names: dict[str, str] = {}  # one string per queue name, shared by its messages
+        top = 0
         for off, end, body in scan_records(path, data, last=last, fsync=self.fsync):
             try:
-                kind, rid, count, queue, payload = decode(body)
-                if kind == T_MESSAGE and rid in payloads:
-                    raise ValueError(f"record id {rid} appears twice")
+                kind, rid, count, queue = decode_head(body)
+                if kind == T_MESSAGE and rid <= self._scan_top:
+                    raise ValueError(f"record id {rid} appears twice (or out of order)")
             except (struct.error, UnicodeDecodeError, ValueError, IndexError) as exc:
                 raise JournalCorruptError(path, off, f"undecodable record: {exc}") from None
             seg.size = end
             if kind == T_MESSAGE:
-                payloads[rid] = (queue, payload)
-                self._messages[rid] = _Live(end - off, count, count, seq, off)
+                self._scan_top = top = rid
+                self._messages[rid] = _Live(end - off, count, count, names.setdefault(queue, queue), seq, off)
                 seg.live_bytes += end - off
                 seg.live_count += 1
             elif kind == T_ACK:
                 self._forget(rid)
             elif (m := self._messages.get(rid)) is not None:
                 m.delivery_count = m.durable_count = count
+        return top
 
     def _forget(self, rid: int) -> None:
         """A durable ACK: the message's bytes become dead (ACKs for compacted-away ids are ignored)."""
@@ -300,7 +282,7 @@ class Journal:
             seg.live_bytes -= m.size
             seg.live_count -= 1
 
-    def _segment(self, seq: int) -> _Segment:
+    def _segment(self, seq: int) -> Segment:
         for seg in reversed(self._segments):
             if seg.seq == seq:
                 return seg
@@ -328,7 +310,7 @@ class Journal:
         rid = self._next_id
         self._next_id += 1
         data = encode_message(rid, qb, bytes(payload), delivery_count)
-        self._messages[rid] = _Live(len(data), delivery_count, delivery_count)
+        self._messages[rid] = _Live(len(data), delivery_count, delivery_count, queue)
         self._live_count += 1
         self._buffer.append((T_MESSAGE, rid, data))
         return rid
@@ -364,6 +346,56 @@ class Journal:
         """Every record id up to and including this one is on disk (ids are issued and synced in order)."""
         return self._durable_id
 
+    # ---- reading payloads back (paging) -------------------------------------------------------------
+
+    def delivery_count(self, record_id: int) -> int:
+        """The latest delivery count of a live message."""
+        return self._live(record_id).delivery_count
+
+    def locate(self, record_ids: list[int]) -> list[tuple[int, str, int, int]] | None:
+        """Trio thread: ``(record_id, path, offset, size)`` of each live message record on disk, for
+        :func:`broker.journal_io.read_records` (which may run in a worker thread); None while a compaction
+        is moving records (ask again after it). Messages not on disk yet are left out: :meth:`buffered`
+        has them. A caller reading in another thread brackets the read with :meth:`hold_reads` /
+        :meth:`release_reads`, which keeps compaction from starting meanwhile."""
+        if self._compacting:
+            return None
+        out = []
+        for rid in record_ids:
+            m = self._messages.get(rid)
+            if m is not None and m.seq is not None:
+                out.append((rid, self._segment(m.seq).path, m.offset, m.size))
+        return out
+
+    def buffered(self, record_id: int) -> bytes | None:
+        """The payload of a live message whose record is not on disk yet (buffered, or being written), else
+        None. A linear search: only a message paged the moment it arrived needs it."""
+        m = self._messages.get(record_id)
+        if m is None or m.seq is not None:
+            return None
+        records = self._buffer if self._inflight is None else self._inflight.records + self._buffer
+        for kind, rid, data in records:
+            if rid == record_id and kind == T_MESSAGE:
+                return decode(data[RECORD_HEADER_BYTES:])[4]
+        return None
+
+    def read_payloads(self, record_ids: list[int]) -> dict[int, bytes]:
+        """BLOCKING, Trio thread: the payloads of live messages (wherever they are). Unknown or acknowledged
+        ids are left out."""
+        self._check()
+        found = {rid: p for rid in record_ids if (p := self.buffered(rid)) is not None}
+        located = self.locate([rid for rid in record_ids if rid not in found])
+        if located is None:
+            raise JournalError("read_payloads during a compaction")
+        found.update(read_records(located))
+        return found
+
+    def hold_reads(self) -> None:
+        self._read_holds += 1
+
+    def release_reads(self) -> None:
+        self._read_holds -= 1
+
     # ---- sync (group commit) ----------------------------------------------------------------------
 
     def sync(self) -> list[int]:
@@ -384,6 +416,12 @@ class Journal:
         batch = self.begin_sync()
         try:
             self.write_batch(batch)
+        except OSError as exc:
+            if exc.errno not in OUT_OF_SPACE:
+                self.abort_io(exc)
+                raise
+            self.rollback_sync(batch, exc)
+            raise JournalOutOfSpaceError(f"{self.directory}: out of space: {exc.strerror}") from exc
         except BaseException as exc:
             self.abort_io(exc)
             raise
@@ -407,7 +445,8 @@ class Journal:
             placements.append((cur.seq, size))
             cur.parts.append(data)
             size += len(data)
-        return SyncBatch(records, placements, chunks, self._fd, self._next_id, self._clock())
+        self._inflight = SyncBatch(records, placements, chunks, self._fd, self._next_id, self._clock())
+        return self._inflight
 
     def write_batch(self, batch: SyncBatch) -> None:
         """Blocking I/O, safe in a worker thread: touches only ``batch`` and its file descriptors."""
@@ -416,10 +455,11 @@ class Journal:
             if chunk.header is not None:
                 if dirty and self.fsync:
                     os.fsync(fd)  # seal the full segment before its successor exists
-                fd = create_file(self.directory, chunk.path, chunk.header, fsync=self.fsync, reopen=True)
+                fd = create_file(self.directory, chunk.path, chunk.header, fsync=self.fsync, reopen=True,
+                                 write=self._write)
                 batch.new_fds.append(fd)
             if chunk.parts:
-                write_all(fd, b"".join(chunk.parts))
+                self._write(fd, b"".join(chunk.parts))
                 dirty = True
         if dirty and self.fsync:
             os.fsync(fd)
@@ -427,6 +467,7 @@ class Journal:
     def finish_sync(self, batch: SyncBatch) -> list[int]:
         """Trio thread: account for the written records; returns the message ids now durable."""
         self._busy = False
+        self._inflight = None
         if batch.new_fds:
             os.close(self._fd)
             for fd in batch.new_fds[:-1]:
@@ -434,7 +475,7 @@ class Journal:
             self._fd = batch.new_fds[-1]
         for chunk in batch.chunks:
             if chunk.header is not None:
-                self._segments.append(_Segment(chunk.seq, chunk.path, HEADER_BYTES))
+                self._segments.append(Segment(chunk.seq, chunk.path, HEADER_BYTES))
         ids = []
         for (kind, rid, data), (seq, offset) in zip(batch.records, batch.placements):
             seg = self._segment(seq)
@@ -455,9 +496,39 @@ class Journal:
         self._last_sync_seconds = self._clock() - batch.started
         return ids
 
+    def rollback_sync(self, batch: SyncBatch, exc: OSError) -> None:
+        """Trio thread: writing ``batch`` failed for lack of space (ENOSPC, EDQUOT). Undo it so that the files
+        are as before -- the current segment truncated back to what was synced, the segments the batch began
+        removed -- and put its records back in front of the buffer, where the next sync writes them again.
+        Nothing durable is lost and the journal stays usable. (Truncating also drops whatever the failed
+        write left in the page cache, so a later fsync cannot report success for bytes never written.)"""
+        self._busy = False
+        self._inflight = None
+        try:
+            for fd in batch.new_fds:
+                os.close(fd)
+            for chunk in batch.chunks:
+                if chunk.header is not None:
+                    for path in (chunk.path, chunk.path + TMP_SUFFIX):
+                        try:
+                            os.unlink(path)
+                        except FileNotFoundError:
+                            pass
+            os.ftruncate(self._fd, self._segments[-1].size)
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError as undo:  # the files are in an unknown state: this is a failure after all
+            self.abort_io(undo)
+            raise
+        self._buffer[:0] = batch.records
+        log.debug("%s: out of space (%s): %d records kept for the next sync", self.directory,
+                  exc.strerror or exc, len(batch.records))
+
     def abort_io(self, exc: BaseException) -> None:
         """Trio thread: a write, fsync or compaction failed; the journal refuses further use."""
         self._busy = False
+        self._compacting = False
+        self._inflight = None
         self._failure = exc
         log.error("%s: journal I/O failed, journal disabled: %r", self.directory, exc)
 
@@ -466,121 +537,11 @@ class Journal:
             raise JournalError("a sync or compaction is already in progress")
         self._busy = True
 
-    def _create_segment(self, seq: int, first_seq: int) -> _Segment:
+    def _create_segment(self, seq: int, first_seq: int) -> Segment:
         path = os.path.join(self.directory, segment_name(seq))
         header = encode_header(seq, first_seq, self._next_id)
-        create_file(self.directory, path, header, fsync=self.fsync, reopen=False)
-        return _Segment(seq, path, HEADER_BYTES)
-
-    # ---- compaction -------------------------------------------------------------------------------
-
-    def compact(self) -> CompactionStats:
-        """BLOCKING. Sync the buffer, then drop fully acknowledged sealed segments and rewrite the rest of
-        the sealed segments without their dead records, keeping append order."""
-        self._sync_buffer()
-        self._check()
-        plan = self.begin_compaction(force=True)
-        return CompactionStats() if plan is None else self._run_plan(plan)
-
-    def _run_plan(self, plan: CompactionPlan) -> CompactionStats:
-        try:
-            self.run_compaction(plan)
-        except BaseException as exc:
-            self.abort_io(exc)
-            raise
-        return self.finish_compaction(plan)
-
-    def begin_compaction(self, *, force: bool) -> CompactionPlan | None:
-        """Trio thread: plan a compaction of the sealed segments, or None when there is nothing (``force``)
-        or not enough (automatic) to gain."""
-        self._check()
-        sealed = self._segments[:-1]
-        lead = 0
-        while lead < len(sealed) and sealed[lead].live_count == 0:
-            lead += 1
-        rest = sealed[lead:]
-        dead = sum(s.dead_bytes for s in rest)
-        total = sum(s.size - HEADER_BYTES for s in rest)
-        rewrite = dead > 0 and (force or (dead >= self.compact_dead_bytes and dead >= COMPACT_DEAD_RATIO * total))
-        if not rewrite and lead == 0:
-            return None
-        self._claim()
-        if not rewrite:
-            return CompactionPlan(sealed[:lead], [], [], {}, None, self._next_id)
-        in_rest = {s.seq for s in rest}
-        moves = [(rid, m.seq, m.offset, m.size) for rid, m in self._messages.items() if m.seq in in_rest]
-        counts = {rid: self._messages[rid].durable_count for rid, *_ in moves}
-        target = _Segment(rest[-1].seq, rest[-1].path, HEADER_BYTES)
-        return CompactionPlan([], sealed, moves, counts, target, self._next_id)
-
-    def run_compaction(self, plan: CompactionPlan) -> None:
-        """Blocking I/O, safe in a worker thread: touches only ``plan`` and the sealed segment files."""
-        for seg in plan.drop:
-            os.unlink(seg.path)
-            if self.fsync:
-                fsync_path(self.directory, directory=True)
-        if plan.target is None:
-            return
-        target = plan.target
-        tmp = target.path + TMP_SUFFIX
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        sources: dict[int, int] = {}
-        try:
-            chunk = [encode_header(target.seq, plan.covered[0].seq, plan.next_id)]
-            size, pending = HEADER_BYTES, HEADER_BYTES
-            for rid, seq, offset, length in plan.moves:
-                if seq not in sources:
-                    sources[seq] = os.open(self._path_of(plan, seq), os.O_RDONLY | os.O_CLOEXEC)
-                record = os.pread(sources[seq], length, offset)
-                record = reencode_message(self._path_of(plan, seq), offset, rid, record, plan.counts[rid])
-                plan.new_offsets[rid] = size
-                chunk.append(record)
-                size += len(record)
-                pending += len(record)
-                if pending >= COMPACT_WRITE_CHUNK:
-                    write_all(out, b"".join(chunk))
-                    chunk, pending = [], 0
-            write_all(out, b"".join(chunk))
-            if self.fsync:
-                os.fsync(out)
-        finally:
-            os.close(out)
-            for fd in sources.values():
-                os.close(fd)
-        os.rename(tmp, target.path)
-        if self.fsync:
-            fsync_path(self.directory, directory=True)
-        for seg in plan.covered[:-1]:
-            os.unlink(seg.path)
-        if self.fsync and len(plan.covered) > 1:
-            fsync_path(self.directory, directory=True)
-        plan.new_size = size
-
-    @staticmethod
-    def _path_of(plan: CompactionPlan, seq: int) -> str:
-        return next(s.path for s in plan.covered if s.seq == seq)
-
-    def finish_compaction(self, plan: CompactionPlan) -> CompactionStats:
-        """Trio thread: replace the compacted segments in the bookkeeping."""
-        self._busy = False
-        before = sum(s.size for s in self._segments)
-        gone = {s.seq for s in plan.drop} | {s.seq for s in plan.covered}
-        self._segments = [s for s in self._segments if s.seq not in gone]
-        if plan.target is not None:
-            target = plan.target
-            target.size = plan.new_size
-            for rid, new_offset in plan.new_offsets.items():
-                if (m := self._messages.get(rid)) is not None:
-                    m.seq, m.offset = target.seq, new_offset
-                    target.live_bytes += m.size
-                    target.live_count += 1
-            self._segments.insert(0, target)
-        self._compactions += 1
-        after = sum(s.size for s in self._segments)
-        stats = CompactionStats(len(gone) - (plan.target is not None), int(plan.target is not None),
-                                len(plan.moves), before, after)
-        log.info("%s: compaction %s", self.directory, stats)
-        return stats
+        create_file(self.directory, path, header, fsync=self.fsync, reopen=False, write=self._write)
+        return Segment(seq, path, HEADER_BYTES)
 
     # ---- life cycle & stats -----------------------------------------------------------------------
 
@@ -593,6 +554,10 @@ class Journal:
             try:
                 if self._buffer and not discard_pending and self._failure is None:
                     self._sync_buffer()
+            except JournalOutOfSpaceError as exc:
+                # Their producers never heard "accepted": nothing promised is lost by leaving them out.
+                log.error("%s: closing while out of space: %d buffered records not written (%s)",
+                          self.directory, len(self._buffer), exc)
             finally:
                 self._state = "closed"
                 self._buffer = []

@@ -8,6 +8,7 @@ fsync is in flight rides the next one.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -40,6 +41,9 @@ MAX_RECORD_BYTES = 256 * 1024 * 1024
 # Field widths of the record format.
 MAX_QUEUE_NAME_BYTES = 0xFFFF
 MAX_DELIVERY_COUNT = 0xFFFFFFFF
+# Write errors that mean "no room" (disk full, quota exhausted): the journal undoes the write and keeps its
+# records for a retry instead of giving up (see Journal.rollback_sync).
+OUT_OF_SPACE = frozenset((errno.ENOSPC, errno.EDQUOT))
 # Compaction writes its output in chunks of about this size, bounding its memory use.
 COMPACT_WRITE_CHUNK = 4 * 1024 * 1024
 
@@ -70,6 +74,11 @@ class JournalLockedError(JournalError):
 
 class JournalFailedError(JournalError):
     """An earlier write or fsync failed; what reached the disk is unknown, so the journal must be reopened."""
+
+
+class JournalOutOfSpaceError(JournalError):
+    """A blocking sync found no room (ENOSPC, EDQUOT): it was undone, its records are still buffered and the
+    journal stays usable; sync again once there is space."""
 
 
 # ---- encoding -------------------------------------------------------------------------------------------
@@ -118,6 +127,55 @@ def decode(body: bytes) -> tuple[int, int, int, str, bytes]:
     raise ValueError(f"unknown record type {kind}")
 
 
+def decode_head(body) -> tuple[int, int, int, str]:
+    """``(type, record_id, delivery_count, queue)`` of a checked record body (bytes or memoryview) without
+    copying a message's payload: recovery indexes records and reads payloads only when asked."""
+    kind = body[0]
+    if kind == T_MESSAGE:
+        _, rid, count, qlen = MSG.unpack_from(body)
+        if MSG.size + qlen > len(body):
+            raise ValueError("queue name runs past the record")
+        return kind, rid, count, bytes(body[MSG.size:MSG.size + qlen]).decode()
+    if kind == T_ACK:
+        return kind, ACK.unpack(body)[1], 0, ""
+    if kind == T_UPDATE:
+        _, rid, count = UPDATE.unpack(body)
+        return kind, rid, count, ""
+    raise ValueError(f"unknown record type {kind}")
+
+
+def message_payload(path: str, offset: int, record_id: int, record: bytes) -> bytes:
+    """The payload of the message record ``record_id`` read back from ``path`` at ``offset`` (checksum and
+    identity verified: a mismatch is corruption, named by file and offset)."""
+    if len(record) < RECORD_HEADER_BYTES + MSG.size:
+        raise JournalCorruptError(path, offset, "message record cut short on read")
+    length, crc = _RECORD.unpack_from(record)
+    body = memoryview(record)[RECORD_HEADER_BYTES:]
+    if length != len(body) or zlib.crc32(body, zlib.crc32(record[:4])) != crc:
+        raise JournalCorruptError(path, offset, "record checksum mismatch on read")
+    kind, got, _count, qlen = MSG.unpack_from(body)
+    if kind != T_MESSAGE or got != record_id:
+        raise JournalCorruptError(path, offset, f"expected message record {record_id} on read")
+    return bytes(body[MSG.size + qlen:])
+
+
+def read_records(locations: list[tuple[int, str, int, int]]) -> list[tuple[int, bytes]]:
+    """BLOCKING (safe in a worker thread): ``(record_id, payload)`` for each ``(record_id, path, offset,
+    size)``, one descriptor per file."""
+    fds: dict[str, int] = {}
+    out = []
+    try:
+        for rid, path, offset, size in locations:
+            fd = fds.get(path)
+            if fd is None:
+                fd = fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            out.append((rid, message_payload(path, offset, rid, os.pread(fd, size, offset))))
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return out
+
+
 # ---- reading --------------------------------------------------------------------------------------------
 
 def read_header(path: str) -> tuple[int, int, int]:
@@ -138,10 +196,11 @@ def read_header(path: str) -> tuple[int, int, int]:
     return seq, first_seq, next_id
 
 
-def scan_records(path: str, data: bytes, *, last: bool, fsync: bool) -> Iterator[tuple[int, int, bytes]]:
-    """Yield ``(offset, end, body)`` for each checked record of a segment's bytes. A torn tail of the last
+def scan_records(path: str, data: bytes, *, last: bool, fsync: bool) -> Iterator[tuple[int, int, memoryview]]:
+    """Yield ``(offset, end, body)`` (a view into ``data``) for each checked record of a segment's bytes. A torn tail of the last
     segment is truncated on disk (with a warning) and ends the iteration; any other damage raises."""
     off, size = HEADER_BYTES, len(data)
+    view = memoryview(data)  # bodies are handed out as views: no copy per record
     while off < size:
         torn, reason, end = False, "", 0
         if size - off < RECORD_HEADER_BYTES:
@@ -153,10 +212,10 @@ def scan_records(path: str, data: bytes, *, last: bool, fsync: bool) -> Iterator
                 reason = f"implausible record length {length}"
             elif end > size:
                 torn, reason = True, f"record of {length} bytes runs past end of file"
-            elif zlib.crc32(data[off + RECORD_HEADER_BYTES:end], zlib.crc32(data[off:off + 4])) != crc:
+            elif zlib.crc32(view[off + RECORD_HEADER_BYTES:end], zlib.crc32(view[off:off + 4])) != crc:
                 torn, reason = end == size, "record checksum mismatch"
         if reason:
-            torn = torn or not any(data[off:])  # an all-zero remainder: unsynced pages after power loss
+            torn = torn or not any(view[off:])  # an all-zero remainder: unsynced pages after power loss
             if not (last and torn):
                 raise JournalCorruptError(path, off, reason)
             log.warning("%s: torn tail at offset %d (%s); truncating %d bytes", path, off, reason, size - off)
@@ -164,7 +223,7 @@ def scan_records(path: str, data: bytes, *, last: bool, fsync: bool) -> Iterator
             if fsync:
                 fsync_path(path)
             return
-        yield off, end, data[off + RECORD_HEADER_BYTES:end]
+        yield off, end, view[off + RECORD_HEADER_BYTES:end]
         off = end
 
 
@@ -198,13 +257,13 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def create_file(directory: str, path: str, data: bytes, *, fsync: bool, reopen: bool) -> int:
+def create_file(directory: str, path: str, data: bytes, *, fsync: bool, reopen: bool, write=write_all) -> int:
     """Create ``path`` holding ``data`` atomically (write ``*.tmp``, fsync, rename, fsync the directory);
-    return an O_APPEND descriptor when ``reopen``, else -1."""
+    return an O_APPEND descriptor when ``reopen``, else -1. ``write(fd, data)`` is the journal's writer."""
     tmp = path + TMP_SUFFIX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        write_all(fd, data)
+        write(fd, data)
         if fsync:
             os.fsync(fd)
     finally:
@@ -217,28 +276,50 @@ def create_file(directory: str, path: str, data: bytes, *, fsync: bool, reopen: 
 
 # ---- Trio: group commit ---------------------------------------------------------------------------------
 
+# While the journal's file system is out of space the committer retries the pending records this often
+# (any new sync request waits for it too): often enough that the broker takes durable messages again within
+# about a second of space returning, rare enough that a full disk costs nothing noticeable.
+OUT_OF_SPACE_RETRY_SECONDS = 1.0
+
+
 class GroupCommitter:
     """Runs :meth:`Journal.sync`'s blocking part in ``trio.to_thread``, one sync at a time, whenever records
     are pending; everything appended while a sync runs rides the next one (group commit).
 
     Start :meth:`run` in a nursery; after ``record_id = journal.append_message(...)`` a durable send awaits
     :meth:`wait_durable` before settling ``accepted``. Compaction runs between syncs, off the Trio thread.
-    A failed write or fsync disables the journal, wakes every waiter with :class:`JournalFailedError` and
-    makes :meth:`run` raise (the broker cannot promise durability any more).
+
+    Out of space (ENOSPC, EDQUOT) is not a failure: the write is undone (:meth:`Journal.rollback_sync`), the
+    records stay pending in memory, :attr:`out_of_space` is set and ``on_space(False)`` is called once; the
+    write is retried every ``retry_seconds`` (or at :meth:`retry_now`) and the first that succeeds clears the
+    flag and calls ``on_space(True)``. Waiters simply wait meanwhile. Any other failed write or fsync
+    disables the journal, wakes every waiter with :class:`JournalFailedError` and makes :meth:`run` raise (the
+    broker cannot promise durability any more).
     """
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, *, retry_seconds: float = OUT_OF_SPACE_RETRY_SECONDS,
+                 on_space=None) -> None:
         self.journal = journal
         self.syncs = 0
         self.compactions = 0
+        self.retry_seconds = retry_seconds
+        self.on_space = on_space  # callable(space: bool), called on each change of out_of_space
+        self.out_of_space = False
+        self.out_of_space_error: OSError | None = None
         self._wakeup = trio.Event()
+        self._retry = trio.Event()
         self._synced = trio.Event()  # replaced after every sync; waiters hold the one current at their wait
         self._running = False
         self._failure: BaseException | None = None
 
     def kick(self) -> None:
-        """Ask for a sync of whatever is pending (wait_durable does this itself)."""
+        """Ask for a sync of whatever is pending (wait_durable does this itself). While out of space the
+        request waits for the next retry."""
         self._wakeup.set()
+
+    def retry_now(self) -> None:
+        """Out of space: try the pending records now rather than at the next retry (space came back)."""
+        self._retry.set()
 
     async def wait_durable(self, record_id: int) -> None:
         """Return once ``record_id`` (and every record before it) is on disk."""
@@ -257,15 +338,22 @@ class GroupCommitter:
         task_status.started()
         try:
             while True:
-                await self._wakeup.wait()
+                if self.out_of_space:
+                    with trio.move_on_after(self.retry_seconds):
+                        await self._retry.wait()
+                    self._retry = trio.Event()
+                else:
+                    await self._wakeup.wait()
                 self._wakeup = trio.Event()
                 while self.journal.pending:
-                    await self._commit_once()
+                    if not await self._commit_once():
+                        break
         finally:
             self._running = False
             self._synced.set()
 
-    async def _commit_once(self) -> None:
+    async def _commit_once(self) -> bool:
+        """One sync (and maybe a compaction); False when it found no space."""
         journal = self.journal
         # Shielded: a sync or compaction that has started must finish and be accounted for, or the
         # bookkeeping would no longer match the files.
@@ -273,11 +361,23 @@ class GroupCommitter:
             batch = journal.begin_sync()
             try:
                 await trio.to_thread.run_sync(journal.write_batch, batch)
+            except OSError as exc:
+                if exc.errno not in OUT_OF_SPACE:
+                    self._fail(exc)
+                    raise
+                try:
+                    journal.rollback_sync(batch, exc)
+                except BaseException as undo:
+                    self._fail(undo)
+                    raise
+                self._space(False, exc)
+                return False
             except BaseException as exc:
                 self._fail(exc)
                 raise
             journal.finish_sync(batch)
             self.syncs += 1
+            self._space(True, None)
             synced, self._synced = self._synced, trio.Event()
             synced.set()
             plan = journal.begin_compaction(force=False)
@@ -289,6 +389,20 @@ class GroupCommitter:
                     raise
                 journal.finish_compaction(plan)
                 self.compactions += 1
+        return True
+
+    def _space(self, space: bool, exc: OSError | None) -> None:
+        if self.out_of_space == (not space):
+            return
+        self.out_of_space = not space
+        self.out_of_space_error = exc
+        if self.on_space is not None:
+            self.on_space(space)
+        elif not space:
+            log.error("%s: journal write failed, out of space (%s): records kept in memory, retried every %gs",
+                      self.journal.directory, exc.strerror if exc is not None else "", self.retry_seconds)
+        else:
+            log.warning("%s: journal writes resumed: space is available again", self.journal.directory)
 
     def _fail(self, exc: BaseException) -> None:
         self.journal.abort_io(exc)

@@ -553,3 +553,187 @@ async def test_group_committer_reports_a_failed_fsync_to_every_waiter(tmp_path, 
         j.append_message("q", b"z")
     monkeypatch.undo()
     j.close()
+
+
+# ---- out of space (issue 10: the broker exited on ENOSPC) -------------------------------------------
+
+class FullDisk:
+    """An injectable journal writer: while ``full``, every write puts half its bytes down and then fails
+    with ENOSPC (or EDQUOT), as a file system that runs out mid-write does."""
+
+    def __init__(self, errno_=None):
+        import errno
+
+        self.full = False
+        self.errno = errno_ or errno.ENOSPC
+        self.failures = 0
+
+    def __call__(self, fd, data):
+        if self.full:
+            os.write(fd, bytes(data[:len(data) // 2]))
+            self.failures += 1
+            raise OSError(self.errno, os.strerror(self.errno))
+        from broker.journal_io import write_all
+
+        write_all(fd, data)
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT"])
+def test_out_of_space_is_undone_and_the_records_wait_for_space(tmp_path, code):
+    import errno
+
+    from broker.journal import JournalOutOfSpaceError
+
+    disk = FullDisk(getattr(errno, code))
+    j, _ = opened(tmp_path, write=disk)
+    kept = [j.append_message("q", b"kept %d" % i) for i in range(10)]
+    j.sync()
+    sizes = {p.name: p.stat().st_size for p in segment_files(tmp_path)}
+    disk.full = True
+    waiting = [j.append_message("q", b"waiting %d" % i) for i in range(10)]
+    j.append_ack(kept[0])
+    with pytest.raises(JournalOutOfSpaceError):
+        j.sync()
+    # The files are exactly as before and the journal is still usable: nothing is disabled.
+    assert {p.name: p.stat().st_size for p in segment_files(tmp_path)} == sizes
+    assert j.pending and j.durable_id == kept[-1]
+    assert j.read_payloads([waiting[3]]) == {waiting[3]: b"waiting 3"}  # still readable from memory
+    more = j.append_message("q", b"after")
+    with pytest.raises(JournalOutOfSpaceError):
+        j.sync()
+    disk.full = False
+    assert j.sync() == waiting + [more]
+    j, got = reopen(j)
+    assert [m.payload for m in got] == [b"kept %d" % i for i in range(1, 10)] + \
+        [b"waiting %d" % i for i in range(10)] + [b"after"]
+    j.close()
+
+
+def test_out_of_space_while_starting_a_segment_leaves_no_file_behind(tmp_path):
+    from broker.journal import JournalOutOfSpaceError
+
+    disk = FullDisk()
+    j, _ = opened(tmp_path, write=disk, segment_bytes=4096)
+    for i in range(30):
+        j.append_message("q", b"%03d" % i * 30)
+    j.sync()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    disk.full = True
+    for i in range(30, 60):
+        j.append_message("q", b"%03d" % i * 30)
+    with pytest.raises(JournalOutOfSpaceError):
+        j.sync()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no new segment, no *.tmp
+    disk.full = False
+    j.sync()
+    j, got = reopen(j, segment_bytes=4096)
+    assert [m.payload for m in got] == [b"%03d" % i * 30 for i in range(60)]
+    j.close()
+
+
+def test_compaction_without_room_is_abandoned_and_the_journal_carries_on(tmp_path):
+    disk = FullDisk()
+    j, _ = opened(tmp_path, write=disk, segment_bytes=4096, compact_dead_bytes=10**9)
+    ids = [j.append_message("q", bytes([i]) * 100) for i in range(100)]
+    j.sync()
+    for rid in ids[::2]:
+        j.append_ack(rid)
+    j.sync()
+    disk.full = True
+    stats = j.compact()  # the buffer is empty: only the rewrite writes, and it finds no room
+    assert stats.segments_rewritten == 0 and disk.failures == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    disk.full = False
+    assert j.compact().segments_rewritten == 1
+    j, got = reopen(j, segment_bytes=4096)
+    assert [m.record_id for m in got] == ids[1::2]
+    j.close()
+
+
+def test_close_while_out_of_space_does_not_raise(tmp_path):
+    disk = FullDisk()
+    j, _ = opened(tmp_path, write=disk)
+    j.append_message("q", b"durable")
+    j.sync()
+    disk.full = True
+    j.append_message("q", b"never acknowledged to its producer")
+    j.close()
+    j, got = opened(tmp_path)
+    assert [m.payload for m in got] == [b"durable"]
+    j.close()
+
+
+async def test_group_committer_waits_out_a_full_disk_and_resumes_by_itself(tmp_path):
+    disk = FullDisk()
+    j, _ = opened(tmp_path, write=disk)
+    changes = []
+    committer = GroupCommitter(j, retry_seconds=0.05, on_space=changes.append)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        await committer.wait_durable(j.append_message("q", b"before"))
+        disk.full = True
+        done = trio.Event()
+
+        async def send():
+            await committer.wait_durable(j.append_message("q", b"during"))
+            done.set()
+
+        nursery.start_soon(send)
+        with trio.fail_after(10):
+            while not committer.out_of_space:
+                await trio.sleep(0.01)
+            while disk.failures < 3:  # retried, quietly
+                await trio.sleep(0.01)
+        assert changes == [False] and not done.is_set()
+        disk.full = False
+        with trio.fail_after(10):
+            await done.wait()
+        assert changes == [False, True] and not committer.out_of_space
+        nursery.cancel_scope.cancel()
+    j, got = reopen(j)
+    assert [m.payload for m in got] == [b"before", b"during"]
+    j.close()
+
+
+# ---- reading payloads back (paging) -----------------------------------------------------------------
+
+def test_recover_index_holds_no_payloads_and_read_payloads_fetches_them(tmp_path):
+    j, _ = opened(tmp_path, segment_bytes=4096)
+    ids = [j.append_message(f"q{i % 2}", b"%04d" % i * 50, delivery_count=i % 3) for i in range(100)]
+    j.sync()
+    for rid in ids[:50]:
+        j.append_ack(rid)
+    j.append_update(ids[60], delivery_count=7)
+    j.sync()
+    j.close()
+    j = Journal(tmp_path, segment_bytes=4096)
+    index = j.recover_index()
+    assert [r.record_id for r in index] == ids[50:]
+    assert [r.queue for r in index] == [f"q{i % 2}" for i in range(50, 100)]
+    assert index[10].delivery_count == 7 and index[10].payload_size == 200
+    assert j.read_payloads([ids[99], ids[50], ids[0]]) == {ids[99]: b"0099" * 50, ids[50]: b"0050" * 50}
+    # A message not yet synced is read from the buffer.
+    fresh = j.append_message("q0", b"fresh")
+    assert j.read_payloads([fresh]) == {fresh: b"fresh"}
+    j.close()
+
+
+def test_compaction_waits_while_reads_are_out_and_locations_follow_it(tmp_path):
+    j, _ = opened(tmp_path, segment_bytes=4096, compact_dead_bytes=0)
+    ids = [j.append_message("q", bytes([i]) * 100) for i in range(100)]
+    j.sync()
+    for rid in ids[::2]:
+        j.append_ack(rid)
+    j._sync_buffer()  # noqa: SLF001 - sync without the automatic compaction
+    before = j.locate([ids[1]])
+    j.hold_reads()
+    assert j.begin_compaction(force=True) is None
+    j.release_reads()
+    plan = j.begin_compaction(force=True)
+    assert plan is not None and j.locate([ids[1]]) is None  # locations are moving
+    j.run_compaction(plan)
+    j.finish_compaction(plan)
+    after = j.locate([ids[1]])
+    assert after != before
+    assert j.read_payloads([ids[1], ids[99]]) == {ids[1]: bytes([1]) * 100, ids[99]: bytes([99]) * 100}
+    j.close()
