@@ -22,9 +22,11 @@ from collections import deque
 import proton
 
 from wire import raw
+from wire.connection import printable
 from wire.terminus import capabilities
 from router.addresses import Address
 from router.links import RouterConnection, RouterLink
+from router.mesh.protocol import DUPLICATE_ID_CONDITION, DUPLICATE_ID_REASON
 
 log = logging.getLogger("router.mesh")
 
@@ -61,6 +63,11 @@ class MeshConnection:
         self.placeholder = Address("R" + self.peer_id, self.peer_id, 0, "closest")
 
 
+def _name(rc: RouterConnection) -> str:
+    """A connection as the logs name it: its number and the peer's container id."""
+    return f"{rc.engine.id} ({printable(rc.engine.remote_container or '')})"
+
+
 def _set_capability(terminus, cap: str) -> None:
     terminus.capabilities.put_array(False, proton.Data.SYMBOL)
     terminus.capabilities.enter()
@@ -81,6 +88,11 @@ class InterRouterLinks:
     # -- connection life -------------------------------------------------------------------------
     def connection_opened(self, rc: RouterConnection) -> None:
         engine = rc.engine
+        if self.engine is not None:
+            refusal = self.engine.check_open(engine.remote_container, _name(rc), self.router.now())
+            if refusal is not None:
+                engine.close(DUPLICATE_ID_CONDITION, refusal)
+                return
         props = engine.connection.remote_properties or {}
         peer_cost = 1
         try:
@@ -183,6 +195,10 @@ class InterRouterLinks:
         if m is None:
             return
         rc.mesh = None
+        cond = rc.engine.connection.remote_condition
+        if (cond is not None and self.engine is not None
+                and printable(cond.description or "").startswith(DUPLICATE_ID_REASON)):
+            self.engine.peer_refused(_name(rc), printable(cond.description), self.router.now())
         if m.up and self.engine is not None:
             log.info("inter-router connection %d to %s lost", rc.engine.id, m.peer_id)
             self.engine.link_lost(rc, self.router.now())
@@ -233,6 +249,9 @@ class InterRouterLinks:
         engine = self.engine
         if engine is None:
             return
+        for rc, description in engine.take_refusals():
+            if isinstance(rc, RouterConnection):
+                rc.engine.close(DUPLICATE_ID_CONDITION, description)
         out = engine.take_output()
         touched = set()
         for rc, msg in out:

@@ -23,6 +23,8 @@ Listener contract, in this order after every change:
 
 ``valid_origins[dest]`` holds the other routers whose shortest path to ``dest`` runs through this
 router; a message that entered the mesh here (ingress = own id) is always valid.
+
+Duplicate router ids are handled by :class:`router.mesh.identity.RouterIdentity` (a part of this class).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Protocol
 
 from router.mesh import messages as M
 from router.mesh import protocol as P
+from router.mesh.identity import RouterIdentity
 from router.mesh.mobile import LocalAddresses
 from router.mesh.paths import Routes, compute_routes
 from router.mesh.records import Conn as _Conn
@@ -45,9 +48,8 @@ __all__ = ["MeshListener", "RoutingEngine"]
 
 log = logging.getLogger("router.mesh")
 
-#: A duplicate router id is logged CRITICAL at most this often (seconds): every HELLO and RA of the
-#: impostor would trigger it, and one line per interval is enough to be noticed.
-DUPLICATE_LOG_INTERVAL = 10.0
+#: "More routers than the table holds" is logged at most this often (seconds).
+TABLE_FULL_LOG_INTERVAL = 10.0
 #: Nodes with no link state, referenced by nobody and not heard from for this many hello intervals are
 #: forgotten (Dispatch: 3 ticks).
 NODE_FORGET_TICKS = 3
@@ -72,7 +74,7 @@ class MeshListener(Protocol):
     def remote_address_removed(self, router_id: str, key: str) -> None: ...
 
 
-class RoutingEngine:
+class RoutingEngine(RouterIdentity):
     """Link-state routing engine of one interior router (see the module docstring)."""
 
     def __init__(self, router_id: str, listener: MeshListener, *, instance: int, area: str = P.DEFAULT_AREA,
@@ -97,6 +99,7 @@ class RoutingEngine:
         self._nodes: dict[str, _Node] = {}
         self._local = LocalAddresses(router_id, area)
         self._out: list[tuple[object, bytes]] = []
+        self._refusals: list[tuple[object, str]] = []
         self._routes = Routes()
         self._reported_routes = None
         self._reported_keys: dict[str, dict[str, int]] = {}   # router id -> keys the core was told
@@ -149,6 +152,8 @@ class RoutingEngine:
         if conn is None:
             log.warning("mesh: control message on unknown connection %s dropped", _conn_name(conn_key))
             return
+        if conn.refused:
+            return                                   # being closed for a duplicate router id
         try:
             env = M.decode(msg)
         except M.UnsupportedVersion as e:
@@ -187,6 +192,7 @@ class RoutingEngine:
         self._age_nodes(now)
         self._settle(now)
         self._retry_requests(now)
+        self._chase_rivals(now)
         in_flux = now - self._last_change < 2 * self.ra_interval_flux
         if now - self._last_ra >= (self.ra_interval_flux if in_flux else self.ra_interval):
             self._send_ra(now)
@@ -223,6 +229,8 @@ class RoutingEngine:
     # -- neighbours -------------------------------------------------------------------------------
 
     def _send_hello(self, conn_key) -> None:
+        if self._conns[conn_key].refused:
+            return
         seen = sorted({c.peer_id for c in self._conns.values()
                        if c.peer_id and c.last_hello is not None
                        and self._now - c.last_hello <= self.hello_max_age})
@@ -230,17 +238,7 @@ class RoutingEngine:
         self._out.append((conn_key, M.encode(hello, P.HELLO_ADDRESS, ingress=self.id, trace=[self.id])))
 
     def _on_hello(self, conn: _Conn, hello: M.Hello, now: float) -> None:
-        if hello.id == self.id:
-            self._duplicate(f"HELLO on connection {_conn_name(conn.key)}", hello.instance, now)
-            return
-        for other in self._conns.values():
-            if (other is not conn and other.peer_id == hello.id and other.peer_instance != hello.instance
-                    and other.last_hello is not None and now - other.last_hello <= self.hello_max_age):
-                self._duplicate(f"HELLOs from two routers called {hello.id!r} on connections "
-                                f"{_conn_name(other.key)} and {_conn_name(conn.key)}", hello.instance, now,
-                                rid=hello.id)
-                return
-        if not self._check_instance(hello.id, hello.instance, now):
+        if not self._admit_hello(conn, hello, now):
             return
         first = conn.peer_id != hello.id or conn.last_hello is None
         conn.peer_id = hello.id
@@ -269,6 +267,7 @@ class RoutingEngine:
         peers = {rid: c.cost for rid, c in best.items()}
         for rid in set(self._neighbours) - set(neighbours):
             log.info("mesh: neighbour %s lost", rid)
+            self._neighbour_gone(rid, now)
         for rid in set(neighbours) - set(self._neighbours):
             log.info("mesh: neighbour %s up (cost %d)", rid, peers[rid])
         if neighbours != self._neighbours:
@@ -309,8 +308,8 @@ class RoutingEngine:
             log.warning("mesh: %s with a trace of %d routers dropped", env.opcode, len(env.trace))
             return
         if target == "all":
-            self._process(conn, env, now)
-            self._forward_flood(conn, env, raw)
+            if self._process(conn, env, now):
+                self._forward_flood(conn, env, raw)
         elif target == self.id:
             self._process(conn, env, now)
         else:
@@ -364,60 +363,24 @@ class RoutingEngine:
 
     # -- protocol handlers ------------------------------------------------------------------------
 
-    def _duplicate(self, what: str, instance, now: float, rid: str | None = None) -> None:
-        """Log a duplicate router id (mine, or ``rid`` used by two neighbours) CRITICAL, rate-limited."""
-        if now - self._last_dup_log >= DUPLICATE_LOG_INTERVAL:
-            self._last_dup_log = now
-            if rid is None:
-                log.critical("mesh: duplicate router id: another router uses this router's id %r (%s, "
-                             "instance %s, mine %s): router ids must be unique in a mesh",
-                             self.id, what, instance, self.instance)
-            else:
-                log.critical("mesh: duplicate router id %r: %s: router ids must be unique in a mesh",
-                             rid, what)
-
-    def _check_instance(self, rid: str, instance: int, now: float) -> bool:
-        """Track ``rid``'s boot instance; a new one means it restarted and its state is void. False
-        for a message from an older incarnation (to be ignored)."""
-        node = self._node(rid, now)
-        if node is None:
-            return False
-        if node.instance is None or instance == node.instance:
-            node.instance = instance
-            return True
-        if instance < node.instance:
-            if now - self._last_dup_log >= DUPLICATE_LOG_INTERVAL:
-                self._last_dup_log = now
-                log.warning("mesh: router %s seen with instance %s after %s: an old message, or two "
-                            "routers share the id %r", rid, instance, node.instance, rid)
-            return False
-        log.info("mesh: router %s restarted (instance %s -> %s)", rid, node.instance, instance)
-        node.instance = instance
-        node.ls_seq = 0
-        node.ls_wanted = 0
-        node.peers = None
-        node.mobile.reset()
-        node.mobile_wanted = 0
-        node.ls_asked = node.mar_asked = float("-inf")
-        self._dirty = True
-        return True
-
     def _node(self, rid: str, now: float) -> _Node | None:
         """The record of router ``rid``, created on first sight; None when the table is full."""
         node = self._nodes.get(rid)
         if node is None:
             if len(self._nodes) >= MAX_NODES:
-                if now - self._last_full_log >= DUPLICATE_LOG_INTERVAL:
+                if now - self._last_full_log >= TABLE_FULL_LOG_INTERVAL:
                     self._last_full_log = now
                     log.warning("mesh: more than %d routers known; %s ignored", MAX_NODES, rid)
                 return None
             node = self._nodes[rid] = _Node(rid, now)
         return node
 
-    def _process(self, conn: _Conn, env: M.Envelope, now: float) -> None:
+    def _process(self, conn: _Conn, env: M.Envelope, now: float) -> bool:
+        """Act on a control message for me; False if it was ignored as coming from a router whose id
+        is used by another (a flood is then not passed on)."""
         body = env.body
         if env.opcode == P.RA:
-            self._on_ra(body, now)
+            return self._on_ra(body, now)
         elif env.opcode == P.LSR:
             self._unicast(body.id, M.LinkStateUpdate(self.id, self.instance, self.ls_seq,
                                                      M.LinkState(self.id, self.ls_seq, dict(self._peers),
@@ -432,10 +395,11 @@ class RoutingEngine:
                 self._unicast(body.id, self._local.absolute(), P.router_ma_address(body.id, self.area))
         else:
             log.debug("mesh: %s on a _topo address ignored", env.opcode)
+        return True
 
-    def _on_ra(self, ra: M.RouterAdvertisement, now: float) -> None:
+    def _on_ra(self, ra: M.RouterAdvertisement, now: float) -> bool:
         if not self._check_instance(ra.id, ra.instance, now):
-            return
+            return False
         node = self._nodes[ra.id]
         node.last_ra = node.last_seen = now
         if ra.ls_seq > node.ls_seq or (node.peers is None and ra.ls_seq > 0):
@@ -444,6 +408,7 @@ class RoutingEngine:
         if node.mobile.behind(ra.mobile_seq):
             node.mobile_wanted = max(node.mobile_wanted, ra.mobile_seq)
             self._request_mobile(node, now)
+        return True
 
     def _on_lsu(self, lsu: M.LinkStateUpdate, now: float) -> None:
         if lsu.instance and not self._check_instance(lsu.id, lsu.instance, now):

@@ -62,6 +62,12 @@ DATA_LINK_PRIORITIES = 10
 CONTROL_LINK_PRIORITY = 9
 DEFAULT_PRIORITY = 4
 
+#: A connection that claims a router id already in use in the mesh is closed with this AMQP error
+#: condition (AMQP 1.0 §2.8.15: the peer used the connection in a way this router does not permit) and
+#: a description starting with DUPLICATE_ID_REASON, which the refused router recognises and logs.
+DUPLICATE_ID_CONDITION = "amqp:not-allowed"
+DUPLICATE_ID_REASON = "duplicate router id"
+
 # -- router annotations used by control-plane forwarding -----------------------------------------
 MA_INGRESS = "x-opt-qd.ingress"
 MA_TRACE = "x-opt-qd.trace"

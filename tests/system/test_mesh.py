@@ -239,6 +239,87 @@ def test_failover_in_a_triangle_after_kill_9(mesh):
     mesh.wait_route("A", "C", TIMEOUT)
 
 
+class _Flow:
+    """Samples a consumer's count whenever asked: the longest time it did not grow."""
+
+    def __init__(self, consumer):
+        self.consumer = consumer
+        self.count = consumer.received()
+        self.since = time.monotonic()
+        self.longest_stall = 0.0
+
+    def sample(self) -> int:
+        now, n = time.monotonic(), self.consumer.received()
+        self.longest_stall = max(self.longest_stall, now - self.since)
+        if n > self.count:
+            self.count, self.since = n, now
+        return n
+
+    def wait(self, predicate, timeout: float, what: str) -> float:
+        """Poll ``predicate`` (sampling the flow) until it holds; the seconds it took."""
+        start = time.monotonic()
+        while True:
+            self.sample()
+            if predicate():
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout:
+                raise AssertionError(f"{what}: not within {timeout} s")
+            time.sleep(0.02)
+
+
+def _refusals(router) -> list[str]:
+    """The impostor's log lines saying a peer closed its connection for a duplicate router id."""
+    return [ln for ln in router.stderr_text().splitlines()
+            if "closed by peer" in ln and "amqp:not-allowed" in ln and "duplicate router id" in ln]
+
+
+@pytest.mark.parametrize("via", ["A", "B"])
+def test_duplicate_router_id_is_refused_and_the_mesh_stays_whole(mesh, via):
+    """Line A - B - C with a consumer on C and a steady producer on A; an impostor started with C's id
+    connects to A (two hops from the real C) or to B (C's neighbour). The router it connects to logs
+    CRITICAL and closes the impostor's connection with amqp:not-allowed, again at every reconnect, while
+    the real C is alive; traffic to the real C never stops; after the impostor leaves the mesh is whole
+    within helloMaxAge (3 s)."""
+    line(mesh)
+    c_started = time.time()
+    c = Consumer(mesh.url("C"), "dup/q", credit=50).start()
+    c.wait_ready()
+    mesh.wait_route("A", "C", TIMEOUT)
+    p = Producer(mesh.url("A"), "dup/q", count=100_000, interval=0.01).start()   # paced, never runs out
+    flow = _Flow(c)
+    flow.wait(lambda: c.received() >= 20, TIMEOUT, "traffic from A to C before the impostor")
+    # instance = start time in whole seconds: the impostor must start in a later second to be told apart
+    flow.wait(lambda: time.time() >= int(c_started) + 1, 2, "a second after C started")
+
+    flow.longest_stall = 0.0
+    impostor = mesh.add("C-impostor", listen=False, connect={via: 1}, router_id="C")
+    # refused, and refused again when its connector comes back: the real C is alive
+    flow.wait(lambda: len(_refusals(impostor)) >= 3, TIMEOUT, f"{via} refusing the impostor 3 times")
+    crit = [ln for ln in mesh[via].stderr_text().splitlines() if "duplicate router id" in ln]
+    assert crit and all(" CRITICAL " in ln for ln in crit) and "'C'" in crit[0], crit
+    assert [ln for ln in impostor.stderr_text().splitlines()
+            if " CRITICAL " in ln and "was refused by the router on connection" in ln]
+    for name in "AB":                                # nobody took the impostor for a restart of C
+        assert " restarted " not in mesh[name].stderr_text()
+    seen = c.received()
+    flow.wait(lambda: c.received() >= seen + 100, TIMEOUT, "traffic from A to C with the impostor around")
+    stall_with_impostor = flow.longest_stall
+
+    assert impostor.stop() == 0
+    left = time.monotonic()
+    seen = c.received()
+    flow.wait(lambda: c.received() >= seen + 20, 3.0, "traffic from A to C after the impostor left")
+    fresh = mesh.wait_route("A", "C", 3.0)           # a new address on C is routable from A: MAUs work
+    print(f"duplicate id via {via}: longest stall of A->C traffic while the impostor was around "
+          f"{stall_with_impostor:.2f} s; whole {time.monotonic() - left:.2f} s after it left "
+          f"(fresh route A->C in {fresh:.2f} s)")
+    assert stall_with_impostor < 3.0, stall_with_impostor
+    p.close()
+    assert set(p.outcomes) <= {"accepted"}, p.outcomes
+    assert c.ids == list(range(len(c.ids))), "a delivery to C was lost or duplicated"
+    assert {i for i, o in p.outcome_of.items() if o == ["accepted"]} <= set(c.ids)
+
+
 def test_duplicate_router_id_is_logged_critical(mesh):
     mesh.add("A", router_id="Same.Id")
     twin = mesh.add("A2", listen=False, connect={"A": 1}, router_id="Same.Id")

@@ -4,7 +4,9 @@
 delivers whatever ``take_output()`` returns to the engine at the other end, and advances time with
 ``run(seconds)``. A drop filter lets tests lose chosen messages; ``kill`` makes a router vanish (its
 neighbours get ``link_lost``, as when its TCP connections break) and ``partition`` makes one go silent
-(nobody is told: only helloMaxAge notices).
+(nobody is told: only helloMaxAge notices). A connection an engine refuses (``take_refusals``, a duplicate
+router id) is closed as the core would: the refused end hears ``peer_refused``, both ends ``link_lost``;
+``refusals`` records them.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Fabric:
         self.silent: set[str] = set()
         self.drop: Callable[[str, str, bytes], bool] | None = None
         self.sent = collections.Counter()          # opcode -> messages delivered
+        self.refusals: list[tuple[float, str, str, str]] = []   # (time, refusing router, peer, description)
         self._instance = 1000
 
     def add(self, rid: str, *, instance: int | None = None) -> RoutingEngine:
@@ -104,10 +107,24 @@ class Fabric:
         del self.engines[rid]
         del self.listeners[rid]
 
+    def _close_refused(self) -> None:
+        for rid, eng in list(self.engines.items()):
+            for key, description in eng.take_refusals():
+                peer = self.wires.pop((rid, key), None)
+                if peer is None:
+                    continue
+                self.wires.pop(peer, None)
+                self.refusals.append((self.now, rid, peer[0], description))
+                if peer[0] in self.engines:
+                    self.engines[peer[0]].peer_refused(key, description, self.now)
+                    self.engines[peer[0]].link_lost(peer[1], self.now)
+                eng.link_lost(key, self.now)
+
     def deliver(self, limit: int = 100_000) -> int:
         """Deliver output until every engine is quiet; returns the number of messages delivered."""
         n = 0
         while True:
+            self._close_refused()
             batch = []
             for rid, eng in list(self.engines.items()):
                 for key, data in eng.take_output():

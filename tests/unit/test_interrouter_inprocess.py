@@ -410,3 +410,44 @@ def test_multicast_between_edges_reaches_each_consumer_once_and_never_echoes():
             settle(g, ACCEPTED)
     h.advance(1)
     assert all(d.settled for d in ds)
+
+
+@pytest.mark.parametrize("via, own_id", [("A", False), ("C", True)])
+def test_a_router_claiming_an_id_in_use_is_refused_with_not_allowed(via, own_id):
+    """Line A - B - C; a second router calling itself C connects to A (which reaches C through B: refused
+    at its HELLO) or to C itself (its OPEN carries C's own id: refused at once). The connection closes
+    with amqp:not-allowed naming the id, and A keeps routing to the real C."""
+    from router.core import Router
+    from tests.unit.meshpair import FAST_TIMERS
+
+    h = MeshHarness("A", "B", "C")
+    h.link("A", "B")
+    h.link("B", "C")
+    cons = h.client("C")
+    rcv = cons.receiver("dup", credit=10)
+    h.settle_topology(8)
+    impostor = h.routers["C2"] = Router("C", mode="interior", clock=lambda: h.now, mesh_timers=FAST_TIMERS)
+    impostor.mesh.instance = h.routers["C"].mesh.instance + 1   # started a second later (boot time)
+    pipe = h.link("C2", via)
+    h.advance(1.5)                                    # two HELLO intervals of the impostor
+    impostor_end, via_end = pipe.engines
+    for end in pipe.engines:
+        assert end.connection.state & proton.Endpoint.LOCAL_CLOSED
+    cond = impostor_end.connection.remote_condition
+    assert cond is not None and cond.name == "amqp:not-allowed"
+    assert cond.description.startswith("duplicate router id 'C': ")
+    if own_id:
+        assert "the id of the router 'C' you connected to" in cond.description
+    else:
+        assert "reachable from 'A' through 'B'" in cond.description
+    assert h.routers["A"].next_hops["C"].mesh.peer_id == "B"
+    prod = h.client("A")
+    snd = prod.sender("dup")
+    h.pump()
+    ds = _send(h, prod, snd, 3)
+    got = cons.received(rcv)
+    assert [g.body for g in got] == ["m0", "m1", "m2"]
+    for g in got:
+        settle(g, ACCEPTED)
+    h.pump()
+    assert all(d.remote_state == ACCEPTED for d in ds)

@@ -131,7 +131,7 @@ def test_duplicate_router_id_two_hops_away_is_logged_critical_by_the_router_betw
         f.run(4)
     crit = _critical(caplog)
     assert crit and "duplicate router id 'X'" in crit[0] and "X>Y" not in crit[0]
-    assert "connections Y>X and Y>X2" in crit[0] or "connections Y>X2 and Y>X" in crit[0]
+    assert "on connection Y>X2" in crit[0] and "neighbour of 'Y' on connection Y>X;" in crit[0]
     # rate-limited: not one line per HELLO
     caplog.clear()
     with caplog.at_level(logging.CRITICAL, logger="router.mesh"):
