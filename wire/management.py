@@ -6,15 +6,24 @@ operation and target in the application-properties (``operation``, ``type``, ``n
 ``reply_to`` with the request's ``correlation_id`` (or its message id) and carries ``statusCode`` and
 ``statusDescription``.
 
-Management is a cold path: proton's ``Message`` codec is used for both directions.
+Management is a cold path: proton's ``Message`` codec is used for both directions, except that the reply
+address and correlation id of a request are read with the project's own codec (:func:`reply_target`), so
+that a request proton cannot decode still gets its 400 answer. Whatever is wrong with a request (types,
+encoding, size) is a :class:`ManagementError` answered with a status code; nothing a peer sends raises
+out of :func:`answer`.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import proton
+
+from wire.amqptypes import CodecError, Symbol, ULong
+from wire.codec import properties_fields
+from wire.logformat import escape_unprintable
 
 OK = 200
 CREATED = 201
@@ -41,6 +50,15 @@ MAX_QUERY_COUNT = 500
 
 # A request is a few hundred bytes; anything far larger is not a management request worth decoding.
 MAX_REQUEST_BYTES = 1024 * 1024
+# Entity types, names and identities are short; a longer application property is refused rather than
+# carried into lookups, log lines and error descriptions.
+MAX_PROPERTY_CHARS = 1024
+# A statusDescription may quote what the request said; it is cut to this length so that an answer
+# stays small whatever the request held.
+MAX_DESCRIPTION_CHARS = 1000
+# A number sent as a string (offset, count) has at most this many digits: no table is that long, and
+# int() of a long digit string costs time quadratic in its length.
+MAX_INT_DIGITS = 18
 
 
 class ManagementError(Exception):
@@ -97,6 +115,9 @@ def _optional_str(props: dict, key: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise bad_request(f"application property '{key}' must be a string, not {type(value).__name__}")
+    if len(value) > MAX_PROPERTY_CHARS:
+        raise bad_request(f"application property '{key}' is {len(value)} characters long "
+                          f"(at most {MAX_PROPERTY_CHARS})")
     return value
 
 
@@ -105,34 +126,59 @@ def _optional_int(props: dict, key: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
-        raise bad_request(f"application property '{key}' must be an integer, not {type(value).__name__}")
+        # Some clients send numbers as strings; only plain ASCII digits are numbers here ("²" is not).
+        text = value.strip() if isinstance(value, str) else ""
+        if text.lstrip("-").isascii() and text.lstrip("-").isdigit() and len(text) <= MAX_INT_DIGITS:
+            value = int(text)
+        else:
+            raise bad_request(f"application property '{key}' must be an integer, not {type(value).__name__}")
     if value < 0:
         raise bad_request(f"application property '{key}' must not be negative")
     return int(value)
 
 
 def decode_message(data: bytes) -> proton.Message:
+    """A proton Message for ``data``, or ManagementError 400 naming what is wrong with it."""
     if len(data) > MAX_REQUEST_BYTES:
         raise bad_request(f"request of {len(data)} bytes exceeds the {MAX_REQUEST_BYTES}-byte limit")
     msg = proton.Message()
     try:
         msg.decode(data)
     except Exception as exc:  # proton raises several types for malformed input
-        raise bad_request(f"malformed message: {exc}") from None
+        raise bad_request(f"malformed message: {_describe(exc)}") from None
     return msg
+
+
+def _describe(exc: Exception) -> str:
+    """A short description of a decoding failure (no peer bytes beyond a few, for the log line)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "a string is not valid UTF-8"
+    return f"{type(exc).__name__}: {str(exc)[:100]}"
 
 
 def parse_request(data: bytes | proton.Message) -> Request:
     """Decode a request; raises ManagementError (400) naming what is wrong.
 
-    The reply address and correlation id are read first so that even a bad request can be answered.
+    proton decodes some fields only when they are read (the string ones), so every read of the message
+    is inside the error handling: a request whose subject or body holds invalid UTF-8 is a bad request
+    like any other, not an agent failure.
     """
     msg = data if isinstance(data, proton.Message) else decode_message(data)
-    props = msg.properties or {}
-    req = Request(operation="", reply_to=msg.reply_to,
-                  correlation_id=msg.correlation_id if msg.correlation_id is not None else msg.id)
+    try:
+        return _parse(msg, data)
+    except UnicodeDecodeError as exc:
+        raise bad_request(f"malformed message: {_describe(exc)}") from None
+
+
+def _parse(msg: proton.Message, data) -> Request:
+    if isinstance(data, proton.Message):
+        reply_to, correlation_id = msg.reply_to, msg.correlation_id if msg.correlation_id is not None else msg.id
+    else:
+        reply_to, correlation_id = reply_target(data)
+    req = Request(operation="", reply_to=reply_to, correlation_id=correlation_id)
+    props = msg.properties
+    if props is None:
+        props = {}
     if not isinstance(props, dict):
         raise bad_request("application-properties must be a map")
     req.properties = {str(k): v for k, v in props.items()}
@@ -157,12 +203,36 @@ def parse_request(data: bytes | proton.Message) -> Request:
 
 
 def reply_target(data: bytes) -> tuple[str | None, Any]:
-    """(reply_to, correlation id) of a message that may not even be a valid request."""
+    """(reply_to, correlation id) of a message that may not even be a valid request.
+
+    Read with the project's own codec (:func:`wire.codec.properties_fields`), which stops after the
+    properties section: a request that proton cannot decode as a whole (a binary map key, invalid UTF-8
+    in the body, more than MAX_REQUEST_BYTES) still names where its 400 answer goes. The correlation id
+    is the request's correlation-id, else its message-id, as the proton type that encodes the same way.
+    """
     try:
-        msg = decode_message(data)
-    except ManagementError:
+        fields = properties_fields(data, 6)
+    except CodecError:
         return None, None
-    return msg.reply_to, msg.correlation_id if msg.correlation_id is not None else msg.id
+    reply_to = fields[4]
+    if not isinstance(reply_to, str) or not reply_to:
+        return None, None
+    correlation = fields[5] if fields[5] is not None else fields[0]
+    return str(reply_to), _message_id(correlation)
+
+
+def _message_id(value: Any) -> Any:
+    """A message-id (AMQP 1.0 §3.2.11: ulong, uuid, binary or string) from wire.codec as proton will
+    encode it again; any other type (not a valid message-id) is dropped rather than echoed."""
+    if isinstance(value, ULong):
+        return proton.ulong(value)
+    if isinstance(value, Symbol):
+        return proton.symbol(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, uuid.UUID)):
+        return value
+    return None
 
 
 def _amqp_value(value: Any) -> Any:
@@ -190,7 +260,9 @@ def build_response(reply_to: str | None, correlation_id: Any, status: int, descr
 def answer(data: bytes, dispatch, log, translate=None) -> bytes | None:
     """The common body of an agent: parse a request, ``dispatch(req) -> (status, body)``, turn errors into
     status codes (ManagementError as given; ``translate(exc) -> (status, description)`` for others it
-    knows; anything else 500, logged), and build the response. None when the request had no reply_to."""
+    knows; anything else 500, logged with its traceback: an agent bug), and build the response. A
+    refused request costs one log line (INFO) with the description, escaped and cut to a line's length.
+    None when the request names no reply address."""
     reply_to, correlation_id = reply_target(data)
     try:
         req = parse_request(data)
@@ -204,8 +276,9 @@ def answer(data: bytes, dispatch, log, translate=None) -> bytes | None:
             log.exception("management request failed")
             known = (INTERNAL_ERROR, f"internal error: {exc}")
         (status, description), body = known, {}
+    description = _cut(str(description), MAX_DESCRIPTION_CHARS)
     if status >= 400:
-        log.info("management request answered %d: %s", status, description)
+        log.info("management request answered %d: %s", status, escape_unprintable(_cut(description, 300)))
     if not reply_to:
         return None
     try:
@@ -214,6 +287,10 @@ def answer(data: bytes, dispatch, log, translate=None) -> bytes | None:
         log.exception("management response could not be encoded")
         return build_response(reply_to, correlation_id, INTERNAL_ERROR,
                               f"internal error: response not encodable: {exc}", {})
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def build_request(operation: str, *, type: str = NODE_TYPE, name: str | None = None,
