@@ -8,7 +8,8 @@ connectors of the others find it again.
 
 Convergence is checked the way a client sees it, not through logs: :meth:`Mesh.wait_route` attaches a
 receiver for a fresh address on one router and waits until a sender on another router is given credit,
-which happens only once the receiver's router is reachable and its address has propagated.
+which happens only once the receiver's router is reachable and its address has propagated;
+:meth:`Mesh.wait_reply_route` does the same for a receiver's dynamic (reply) address.
 """
 
 from __future__ import annotations
@@ -116,10 +117,27 @@ class Mesh:
 
     def wait_route(self, src: str, dst: str, timeout: float = 20.0) -> float:
         """Block until a sender on ``src`` gets credit for an address whose only consumer is on ``dst``;
-        returns the seconds it took. Raises AssertionError (with both routers' stderr tails) on timeout."""
-        address = f"mesh-probe.{next(_probe_ids)}.{src}.{dst}"
+        returns the seconds it took. Raises AssertionError (with both routers' stderr tails) on timeout.
+
+        This proves one direction only: ``src``'s side of the mesh knows ``dst``'s mobile addresses. A
+        request/reply exchange needs :meth:`wait_reply_route` for the way back as well."""
         start = time.monotonic()
-        consumer = Consumer(self.url(dst), address, credit=1).start()
+        consumer = Consumer(self.url(dst), f"mesh-probe.{next(_probe_ids)}.{src}.{dst}", credit=1).start()
+        return self._wait_credit(src, dst, consumer, consumer.address, start, timeout)
+
+    def wait_reply_route(self, src: str, dst: str, timeout: float = 20.0) -> float:
+        """Block until a sender on ``src`` gets credit for the dynamic (reply) address of a receiver on
+        ``dst`` (``_topo/0/<dst>/temp.*``, or ``_edge/<dst>/temp.*`` when ``dst`` is an edge router):
+        the path a reply from ``src`` to a client of ``dst`` takes. It exists once ``src`` knows router
+        ``dst`` (an interior) or the edge key ``H<dst>`` its interior advertises (reference §5.1); that
+        advertisement goes out on the interior's next tick, independently of ``dst``'s mobile addresses."""
+        start = time.monotonic()
+        consumer = Consumer(self.url(dst), dynamic=True, credit=1).start()
+        consumer.wait_ready()
+        return self._wait_credit(src, dst, consumer, consumer.dynamic_address, start, timeout)
+
+    def _wait_credit(self, src: str, dst: str, consumer: Consumer, address: str, start: float,
+                     timeout: float) -> float:
         producer = Producer(self.url(src), address).start()
         try:
             deadline = start + timeout
@@ -128,7 +146,7 @@ class Mesh:
                     return time.monotonic() - start
                 time.sleep(0.05)
             raise AssertionError(
-                f"no route from {src} to {dst} after {timeout}s\n"
+                f"no route from {src} to {address} on {dst} after {timeout}s\n"
                 + "\n".join(f"--- {n} stderr ---\n" + "\n".join(r.stderr_text().splitlines()[-30:])
                             for n, r in self.routers.items() if n in (src, dst)))
         finally:

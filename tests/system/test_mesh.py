@@ -365,9 +365,16 @@ def test_edge_to_edge_through_two_interiors(mesh, tmp_path):
 
 def test_management_from_an_edge_reaches_a_remote_interior(mesh):
     """tdstat on an edge router asks another interior (-r): the request goes up the uplink and the
-    reply finds the edge's dynamic address (_edge/<id>/...) through the mesh."""
+    reply finds the edge's dynamic address (_edge/<id>/...) through the mesh.
+
+    Both directions are waited for: wait_route(EA, IB) only shows that IA knows IB (the request's way);
+    the reply needs IB to know EA's key H<EA>, which IA advertises on its next tick. A request that
+    reaches IB before that has its reply dropped (no route, as in Dispatch) and the client times out:
+    the in-process client below asks at once, without tdstat's start-up time to hide that."""
     import subprocess
     import sys
+
+    from tools.mgmtclient import ManagementClient
 
     edge_listener = ("listener {\n    name: edge\n    host: 127.0.0.1\n    port: 0\n    role: edge\n"
                      "    authenticatePeer: no\n    saslMechanisms: ANONYMOUS\n}")
@@ -376,8 +383,11 @@ def test_management_from_an_edge_reaches_a_remote_interior(mesh):
     port = mesh["IA"].ports["edge"]
     mesh.add("EA", listen=False, mode="edge",
              sections=f"connector {{\n    name: uplink\n    host: 127.0.0.1\n    port: {port}\n    role: edge\n}}")
-    mesh.wait_route("EA", "IB", TIMEOUT)
+    mesh.wait_route("EA", "IB", TIMEOUT)             # requests from EA reach IB
+    mesh.wait_reply_route("IB", "EA", TIMEOUT)       # and IB's replies find EA's dynamic addresses
     bus = mesh.url("EA").replace("amqp://", "")
+    with ManagementClient(bus, timeout=10, router_id="IB") as client:
+        assert [r["id"] for r in client.query("org.apache.qpid.dispatch.router", ["id"])] == ["IB"]
     out = subprocess.run([sys.executable, "-m", "tools.tdstat", "-g", "-r", "IB", "-b", bus, "-t", "10"],
                          cwd=pathlib.Path(__file__).resolve().parents[2], capture_output=True, text=True,
                          timeout=60)
