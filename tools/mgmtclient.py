@@ -86,6 +86,10 @@ class ManagementClient:
         msg.decode(data)
         try:
             self._sender(address).send(msg, timeout=self.timeout)
+        except Timeout:
+            # never settled: no credit, i.e. no route to that management node
+            raise TimeoutError(f"no answer from {address} within {self.timeout:g} s") from None
+        try:
             while True:
                 reply = self.receiver.receive(timeout=self.timeout)
                 if self.receiver.fetcher.unsettled:  # routers send replies pre-settled; brokers may not
@@ -93,8 +97,10 @@ class ManagementClient:
                 if str(reply.correlation_id) == cid:
                     return wm.parse_response(reply)
         except Timeout:
-            # No credit (no route to that management node) or no reply: say which node did not answer.
-            raise TimeoutError(f"no answer from {address} within {self.timeout:g} s") from None
+            # The node took the request but its reply never came: a reply with no route back to
+            # reply_to is dropped (pre-settled), e.g. while the mesh does not know this client's router yet.
+            raise TimeoutError(f"no answer from {address} within {self.timeout:g} s: the request was "
+                               f"delivered, the reply to {self.reply_to} did not come back") from None
 
     def call(self, operation: str, **kw) -> Any:
         """A request that must succeed: its body, or ManagementFailed."""
