@@ -1,0 +1,60 @@
+"""The fuzz campaign's bounded run: every target of tools/fuzz for a few seconds each, about a minute in all.
+
+Each target runs in its own worker process (``python -m tools.fuzz.worker``) with atheris (libFuzzer,
+coverage-guided over wire/, router/ and broker/) from its seeds, with a fixed libFuzzer seed. A target
+passes when the worker ends normally, ran a reasonable number of inputs, and met no violation of its
+properties (see tools/fuzz/targets_amqp.py and targets_misc.py). The long run is the same thing for
+longer: ``python -m tools.fuzz --target all --seconds 600`` (docs/robustness.md).
+
+atheris is in the ``test`` extra. Under CI (``CI=true``) a missing atheris fails these tests instead of
+skipping them; elsewhere the plain random mutator runs the same targets (not coverage-guided) and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import warnings
+
+import pytest
+
+from tools.fuzz import TARGETS
+from tools.fuzz.__main__ import atheris_available, run_target
+
+#: Seconds of fuzzing per target: with the workers' start-up (1-3 s each) nine targets take about a minute.
+SECONDS_PER_TARGET = 4
+#: A worker that ran fewer inputs than this did not really fuzz (the slowest target does ~600/s alone).
+MIN_EXECUTIONS = 200
+#: A worker that has not finished by then is stuck (its own per-input timeout is 30 s).
+WORKER_TIMEOUT_SECONDS = 90
+
+
+def _engine() -> str:
+    if atheris_available():
+        return "atheris"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail("atheris is not installed: it is in the test extra (pip install -e '.[test]'), and CI "
+                    "must run the coverage-guided campaign, not skip it")
+    warnings.warn("atheris is not installed: the fuzz campaign runs with the random mutator (no coverage "
+                  "guidance); pip install -e '.[test]' to get it")
+    return "random"
+
+
+def _findings(result: dict) -> str:
+    parts = []
+    for path in result["crash_files"]:
+        txt = pathlib.Path(path).with_suffix(".txt")
+        parts.append(txt.read_text()[:3000] if txt.exists() else f"{path} (libFuzzer: crash, timeout or oom)")
+    return "\n\n".join(parts)
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_fuzz_target_meets_no_violation(target, tmp_path):
+    result = run_target(target, engine=_engine(), corpus=str(tmp_path / "corpus"), crashes=str(tmp_path / "crashes"),
+                        seconds=SECONDS_PER_TARGET, seed=1, timeout=WORKER_TIMEOUT_SECONDS)
+    log_tail = pathlib.Path(result["log"]).read_text(errors="replace")[-3000:]
+    assert not result["violations"] and not result["crash_files"], \
+        f"{target}: {result['violations']}\n\n{_findings(result)}"
+    assert result["status"] == 0, f"{target}: worker exited {result['status']}\n{log_tail}"
+    assert result["executions"] >= MIN_EXECUTIONS, f"{target}: only {result['executions']} executions\n{log_tail}"
+    print(f"{target}: {result['executions']} executions in {result['wall_seconds']} s ({result.get('engine')})")
