@@ -143,10 +143,17 @@ def _read_json_block(lines: list[str], start: int, first: str, path: str, key: s
         return json.loads("\n".join(buf)), i
     except ValueError as e:
         raise ConfigError(path, start + 1, f"'{key}' is not valid JSON: {e}") from None
+    except RecursionError:  # json nests by recursion: a value a thousand levels deep ends the stack
+        raise ConfigError(path, start + 1, f"'{key}' is nested too deeply") from None
+
+
+# Lines end at \n, \r\n or \r only. str.splitlines() also breaks at \v, \f, \x1c-\x1e, \x85,
+# \u2028 and \u2029, which editors do not, so every FILE:LINE after such a character was off.
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def _lex(text: str, path: str) -> list[_RawSection]:
-    lines = text.splitlines()
+    lines = _LINE_END.split(text)
     sections: list[_RawSection] = []
     current: _RawSection | None = None
     pending: tuple[str, int] | None = None    # section name waiting for its '{'

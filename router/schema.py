@@ -165,6 +165,8 @@ class Attr:
                 value = json.loads(value)
             except ValueError as e:
                 raise ValueError(f"{self.name} is not valid JSON: {e}") from None
+            except RecursionError:  # json nests by recursion: '[[[[...' a thousand deep ends the stack
+                raise ValueError(f"{self.name} is nested too deeply") from None
         if not isinstance(value, dict):
             raise ValueError(f"{self.name} must be a JSON map")
         for key in value:
