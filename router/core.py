@@ -13,10 +13,13 @@ import time
 import proton
 
 from wire import raw
+from wire.assembly import MessageAssembler
+from wire.memory import HeapTrimmer
 from wire.terminus import capabilities
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
 from router.autolinks import AutoLinkManager
+from router.budget import RESOURCE_LIMIT_EXCEEDED, BufferBudget
 from router.linkroutes import LinkRouter
 from router.edge import UPLINK_ROLE, EdgeUplink
 from router.flowhooks import FlowHooks
@@ -68,7 +71,7 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
 
     def __init__(self, router_id: str, *, default_distribution: str = "balanced", address_entities=(),
                  auto_link_entities=(), link_route_entities=(), clock=None, mode: str = "standalone",
-                 mesh_timers: dict | None = None, flow_recorder=None):
+                 mesh_timers: dict | None = None, flow_recorder=None, budget: BufferBudget | None = None):
         self.id = router_id
         self.mode = mode or "standalone"
         self.parser = AddressParser(router_id)
@@ -77,9 +80,11 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
             self.address_config.add(entity)
         self.addresses: dict[str, Address] = {}
         self.connections: set[RouterConnection] = set()
-        self._partial: dict = {}  # incoming delivery pointer -> list of chunks received so far
+        self.assembly = MessageAssembler()  # multi-frame deliveries still arriving, by delivery pointer
         self._clock = clock or (lambda: 0.0)
-        self._init_forwarder()
+        self._init_forwarder(budget)
+        self.budget.connections = self.connections
+        self.trimmer = HeapTrimmer()
         # Counters of links that have gone, so router-wide totals (management) do not fall back.
         self.closed_link_totals: dict[str, int] = {}
         self.flow = flow_recorder
@@ -99,6 +104,9 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         """Time-driven work (auto-link retries, the routing protocol). The daemon calls it every
         TICK_SECONDS."""
         self.auto_links.tick(now)
+        if self.assembly:
+            self._abort_stalled(now)
+        self._trim_heap(now)
         if self.mesh is not None:
             self.mesh.tick(now)
             self.inter_router.flush()
@@ -163,10 +171,12 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
             if raw.delivery_partial(d):
                 chunk = raw.recv_all(lp)
                 if chunk:
-                    chunks = self._partial.setdefault(d, [])
-                    chunks.append(chunk)
-                    if limit and sum(map(len, chunks)) > limit:
+                    budget = self.budget
+                    budget.total += len(chunk)  # counted router-wide; never pauses its own connection
+                    if self.assembly.feed(d, rl, chunk, self._clock(), limit):
                         self._oversized(engine, rl, d, limit)
+                    elif budget.total > budget.total_high:
+                        budget.over(rl.conn)
                 elif raw.delivery_aborted(d):
                     self._drop_aborted(lp, d)
                 return
@@ -174,11 +184,11 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
             if not msg and raw.delivery_aborted(d):
                 self._drop_aborted(lp, d)
                 return
-            if self._partial:
-                chunks = self._partial.pop(d, None)
-                if chunks:
-                    chunks.append(msg)
-                    msg = b"".join(chunks)
+            if self.assembly:
+                held = self.assembly.size_of(d)
+                if held:
+                    self.budget.total -= held  # message_in charges the whole message
+                    msg = self.assembly.finish(d, msg)
             if limit and len(msg) > limit:
                 self._oversized(engine, rl, d, limit)
                 return
@@ -189,7 +199,7 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
 
     def _oversized(self, engine, rl: RouterLink, d, limit: int) -> None:
         """A message over maxMessageSize: reject it and detach its link (AMQP's link error for this)."""
-        self._partial.pop(d, None)
+        self.budget.total -= self.assembly.drop(d)
         condition = "amqp:link:message-size-exceeded"
         description = f"message larger than the {limit}-byte limit of this connection"
         raw.set_rejected(d, condition, description)
@@ -202,9 +212,37 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
 
     def _drop_aborted(self, lp, d) -> None:
         """The sender aborted a (multi-frame) delivery: forget what arrived of it."""
-        self._partial.pop(d, None)
+        self.budget.total -= self.assembly.drop(d)
         raw.link_advance(lp)
         raw.delivery_settle(d)
+
+    def _abort_stalled(self, now: float) -> None:
+        """Detach the links of partial deliveries that got no new bytes for stalledDeliveryTimeoutSeconds
+        (a peer must not pin memory by starting a message and never finishing it). A delivery of a
+        connection we are not reading from (paused) is not stalled by its sender: its clock restarts."""
+        timeout = self.budget.stalled_delivery_timeout
+        for d in self.assembly.stalled(now, timeout):
+            rl = self.assembly.owner_of(d)
+            if rl.conn.paused:
+                self.assembly.touch(d, now)
+                continue
+            self.budget.stalled_aborted += 1
+            size = self.assembly.size_of(d)
+            description = f"delivery made no progress for {timeout:g} s ({size} bytes received)"
+            log.warning("connection %d: link %s detached: %s", rl.engine.id, rl.name, description)
+            rl.conn.links.pop(rl.ptr, None)
+            self._unbind(rl)  # forgets the delivery's bytes
+            rl.engine.close_link(rl.ptr, RESOURCE_LIMIT_EXCEEDED, description)
+
+    def _trim_heap(self, now: float) -> None:
+        """Hand freed memory back to the OS after a burst (wire/memory.py). What the router knows it
+        uses: the buffered bytes, and the bytes of unsettled deliveries in the engines."""
+        in_engines = sum(rc.out_unsettled for rc in self.connections)
+        self.trimmer.tick(now, self.budget.total + in_engines)
+
+    def on_output_drained(self, engine) -> None:
+        self.output_room(engine.app)
+        self.on_batch_end()
 
     def on_link_flow(self, engine, link) -> None:
         rl = engine.app.links.get(link)
@@ -356,8 +394,8 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
             if self.edge is not None and rc is self.edge.uplink:
                 self.edge.link_lost(rl)
             if rl.auto_link is not None:
-                cond = raw.link_object(link).remote_condition
-                self.auto_links.link_closed(rl, f"{cond.name}: {cond.description}" if cond else None)
+                name, description = raw.link_remote_condition(link)
+                self.auto_links.link_closed(rl, f"{name}: {description}" if name else None)
         engine.wake()
 
     def on_connection_close(self, engine) -> None:
@@ -365,6 +403,8 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         for rl in list(rc.links.values()):
             self._unbind(rl)
         rc.links.clear()
+        self.budget.forget(rc)
+        self.trimmer.expect_release()
         self.inter_router.connection_closed(rc)
         if self.edge is not None:
             self.edge.connection_closed(rc)
@@ -426,9 +466,8 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
                 addr.inlinks.discard(rl)
                 if self.edge is not None:
                     self.edge.producer_removed(addr)
-            if self._partial:
-                for d in [d for d in self._partial if raw.delivery_link(d) == rl.ptr]:
-                    del self._partial[d]
+            if self.assembly:
+                self.budget.total -= self.assembly.drop_owner(rl)
         else:
             try:
                 addr.rlinks.remove(rl)

@@ -21,6 +21,8 @@ import trio
 
 from router import schema
 from router.config import ConfigError, RouterConfig, load_config
+from router.budget import (DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTION_BUFFERED_BYTES,
+                           DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS, BufferBudget)
 from router.core import Router
 from router.flowhooks import recorder_from_config
 from router.logsetup import configure_logging
@@ -135,6 +137,18 @@ def mesh_timers(router_entity) -> dict:
     return {kw: float(router_entity.get(attr)) for attr, kw in names.items() if router_entity.get(attr) is not None}
 
 
+def buffer_budget(router_entity) -> BufferBudget:
+    """The memory limits from the router entity (router/budget.py)."""
+    def get(attr: str, default):
+        value = router_entity.get(attr)
+        return default if value is None else value
+
+    return BufferBudget(
+        max_bytes=int(get("maxBufferedBytes", DEFAULT_MAX_BUFFERED_BYTES)),
+        max_connection_bytes=int(get("maxConnectionBufferedBytes", DEFAULT_MAX_CONNECTION_BUFFERED_BYTES)),
+        stalled_delivery_timeout=float(get("stalledDeliveryTimeoutSeconds", DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS)))
+
+
 async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     router = Router(
         cfg.router["id"],
@@ -146,6 +160,7 @@ async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED)
         mode=cfg.router.get("mode") or "standalone",
         mesh_timers=mesh_timers(cfg.router),
         flow_recorder=recorder_from_config(cfg, cfg.router["id"]),
+        budget=buffer_budget(cfg.router),
     )
     # The signal handler is installed before anything is announced, so a SIGTERM that follows the
     # ready line always means a graceful shutdown.

@@ -11,6 +11,11 @@ released back to their producers and credit is withheld until a destination retu
 Settlement: nothing is settled upstream before the downstream peer settled (end to end); an anycast
 delivery mirrors the consumer's outcome with its details; an unsettled multicast delivery settles after
 every copy reached a terminal outcome, with the merged outcome.
+
+Memory (router/budget.py): a message's bytes are charged to its producer's connection from arrival until
+its last copy is handed to the engine (then the router drops them: nothing after that needs them), and
+each unsettled outgoing copy to its consumer's connection until it settles; past the limits, producers
+are paused and output to a connection stops, with a compare per message on this path.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from wire import raw
 from wire.annotations import strip_router_annotations
 from wire.codec import CodecError, message_to
 from router.addresses import CLOSEST, MULTICAST, UNAVAILABLE
+from router.budget import BufferBudget
 from router.links import InDelivery, RouterLink
 
 ACCEPTED = raw.ACCEPTED
@@ -48,7 +54,8 @@ class Forwarder:
     addresses: dict
     parser: object
 
-    def _init_forwarder(self) -> None:
+    def _init_forwarder(self, budget: BufferBudget | None = None) -> None:
+        self.budget = budget or BufferBudget()
         # incoming delivery -> (outgoing link, outgoing delivery, InDelivery) for anycast outcomes that
         # reached the producer before either side settled
         self._mirrored: dict = {}
@@ -69,6 +76,13 @@ class Forwarder:
             ind = InDelivery(d, rl, msg)
         rl.delivery_count += 1
         rl.outstanding += 1
+        rc = rl.conn
+        n = ind.held = ind.size
+        held = rc.held = rc.held + n
+        budget = self.budget
+        total = budget.total = budget.total + n
+        if held > budget.conn_high or total > budget.total_high:
+            budget.over(rc)
         if self.flow is not None:
             self.flow_ingress(ind, rl, msg)
         if rl.keep_in:  # from a neighbour router, or a connection whose annotations are trusted
@@ -182,15 +196,25 @@ class Forwarder:
             return
         ptr = ol.ptr
         credit = _link_credit(ptr)
-        if credit <= 0:
+        engine = ol.engine
+        rc = ol.conn
+        if credit <= 0 or engine.output_blocked:
+            if rc.paused:  # what it sends next (credit, settlements) is what we wait for
+                self.budget.peer_needed(rc)
             return
         unsettled = ol.unsettled
         presettled_out = ol.presettled_out
         mesh = ol.annotate_out  # a neighbour router (or stripAnnotations in/no) gets the annotated form
         seq = ol.tag_seq
         sent = 0
+        budget = self.budget
+        # Room before this connection's output limits (router/budget.py); one message always fits.
+        out_room = budget.output_high - engine.out_pending
+        unsettled_room = budget.unsettled_high - rc.out_unsettled
+        out_bytes = 0
+        unsettled_bytes = 0
         ring_ok = len(unsettled) + credit < raw.TAG_RING
-        while credit > 0 and q:
+        while credit > 0 and q and out_bytes < out_room and unsettled_bytes < unsettled_room:
             ind = q.popleft()
             seq += 1
             body = ind.msg
@@ -204,6 +228,7 @@ class Forwarder:
                 od = _send_message(ptr, b"x%x" % seq, body)
             credit -= 1
             sent += 1
+            out_bytes += len(body)
             if ind.flow is not None:
                 self.flow_egress(ol, ind)
             if ind.ptr is None or presettled_out:
@@ -214,22 +239,50 @@ class Forwarder:
                     self._copy_done(ind, ACCEPTED, None)
             else:
                 unsettled[od] = ind
+                unsettled_bytes += ind.size
             ind.buffered -= 1
             if ind.buffered == 0:
                 self._left_buffer(ind)
         ol.tag_seq = seq
-        ol.conn.last_delivery_at = self._clock()  # once per pump (a batch), not per message
+        engine.out_pending += out_bytes
+        rc.out_unsettled += unsettled_bytes
+        if credit > 0 and q:  # stopped by an output limit, not by credit: wait for the socket or settlements
+            engine.output_blocked = True
+            engine.output_resume_at = budget.output_low
+            if rc.paused:
+                budget.peer_needed(rc)
+        rc.last_delivery_at = self._clock()  # once per pump (a batch), not per message
         ol.delivery_count += sent
         ol.address.deliveries_egress += sent
-        ol.engine.wake()
+        engine.wake()
+
+    def output_room(self, rc) -> None:
+        """Output to ``rc`` may have dropped under both output limits: if so, send what waits for it."""
+        engine = rc.engine
+        budget = self.budget
+        if engine.out_pending > budget.output_low or rc.out_unsettled > budget.unsettled_low:
+            return
+        engine.output_blocked = False
+        for rl in list(rc.links.values()):
+            if not rl.incoming and rl.undelivered and not rl.closed:
+                self.pump(rl)
 
     def _left_buffer(self, ind: InDelivery) -> None:
         """The last queued copy of a delivery left the router: the producer earns its credit back."""
         il = ind.link
         il.outstanding -= 1
-        if ind.ptr is None and ind.copies == 0:
-            ind.msg = None
-            ind.mesh_msg = None
+        # Every copy is in an engine now: the router needs the bytes no more (outcomes need only ptr).
+        ind.msg = None
+        ind.mesh_msg = None
+        n = ind.held
+        if n:
+            ind.held = 0
+            rc = il.conn
+            rc.held -= n
+            budget = self.budget
+            budget.total -= n
+            if budget.paused:
+                budget.released(rc)
         if il.closed:
             return
         addr = il.address
@@ -255,6 +308,8 @@ class Forwarder:
                 self._mirror_unsettled(ol, d, state)
             return  # received / non-terminal: nothing to pass on
         ind = ol.unsettled.pop(d, None)
+        if ind is not None:
+            self._unsettled_gone(ol, ind)
         if state == ACCEPTED and ind is not None and not ind.multicast:
             # The common case, inlined: an anycast copy accepted and settled by its consumer.
             ol.accepted += 1
@@ -263,8 +318,6 @@ class Forwarder:
             if in_ptr is not None:
                 ind.ptr = None
                 ind.copies = 0
-                if ind.buffered == 0:
-                    ind.msg = None
                 if self._mirrored:
                     self._mirrored.pop(in_ptr, None)
                 il = ind.link
@@ -291,6 +344,13 @@ class Forwarder:
             self._copy_done(ind, state, src)
         _delivery_settle(d)
 
+    def _unsettled_gone(self, ol: RouterLink, ind: InDelivery) -> None:
+        """An unsettled copy sent on ``ol`` is done with: its bytes no longer count against the consumer."""
+        rc = ol.conn
+        rc.out_unsettled -= ind.size
+        if ol.engine.output_blocked:
+            self.output_room(rc)
+
     @staticmethod
     def _count_outcome(ol: RouterLink, state: int) -> None:
         if state == ACCEPTED:
@@ -314,6 +374,7 @@ class Forwarder:
             return
         if ind.multicast:
             del ol.unsettled[d]
+            self._unsettled_gone(ol, ind)
             self._count_outcome(ol, state)
             ind.copies -= 1
             self._copy_done(ind, state, d)
@@ -336,6 +397,7 @@ class Forwarder:
         ind.ptr = None
         _delivery_settle(in_ptr)
         if ol.unsettled.pop(od, None) is not None:
+            self._unsettled_gone(ol, ind)
             ind.copies -= 1
             self._count_outcome(ol, ind.outcome)
             if not ol.closed:
@@ -355,8 +417,6 @@ class Forwarder:
         if in_ptr is None:
             return
         ind.ptr = None
-        if ind.buffered == 0:
-            ind.msg = None
         if ind.flow is not None:
             self.flow_settle(ind, state)
         mirrored = False
@@ -440,6 +500,11 @@ class Forwarder:
                 self._left_buffer(ind)
         unsettled = ol.unsettled
         ol.unsettled = {}
+        if unsettled:
+            rc = ol.conn
+            rc.out_unsettled -= sum(ind.size for ind in unsettled.values())
+            if ol.engine.output_blocked:
+                self.output_room(rc)
         # Sent and not settled: through a lost neighbour as much as to a departing consumer, the copy may
         # have reached a consumer and been processed, so the producer hears modified (delivery-failed),
         # never released ("not delivered", AMQP 1.0 §3.4.4), which would invite a duplicate; as Dispatch

@@ -293,8 +293,7 @@ class LinkRouter:
         if peer is not None:
             self.links.pop(peer.ptr, None)
             peer.peer = None
-            cond = proton.Link.wrap(link).remote_condition
-            self._close(peer, cond.name if cond else None, cond.description if cond else None)
+            self._close(peer, *raw.link_remote_condition(link))
         return True
 
     def connection_closed(self, rc) -> None:

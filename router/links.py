@@ -15,7 +15,8 @@ _link_ids = itertools.count(1)
 class RouterConnection:
     """The router's view of one AMQP connection."""
 
-    __slots__ = ("engine", "links", "role", "opened_at", "name", "mesh", "last_delivery_at", "remote_open")
+    __slots__ = ("engine", "links", "role", "opened_at", "name", "mesh", "last_delivery_at", "remote_open",
+                 "held", "out_unsettled", "paused")
 
     def __init__(self, engine, role: str, name: str, opened_at: float):
         self.engine = engine
@@ -26,6 +27,12 @@ class RouterConnection:
         self.mesh = None  # router.interrouter.MeshConnection on an inter-router connection
         self.last_delivery_at = None  # router clock when a message last left on this connection
         self.remote_open = False  # the peer's OPEN arrived (after SASL): usable as a container
+        # Memory accounting (router/budget.py): bytes of this peer's complete messages the router still
+        # buffers, bytes of unsettled deliveries sent to this peer (proton keeps their buffers until they
+        # settle), and whether reading from this peer is paused because it holds too much.
+        self.held = 0
+        self.out_unsettled = 0
+        self.paused = 0  # router/budget.py: 0, or why reading is paused
 
 
 class RouterLink:
@@ -109,12 +116,15 @@ class InDelivery:
     outcome for multicast (priority rejected > accepted > modified > released).
     """
 
-    __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast", "ra", "mesh_msg", "flow")
+    __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast", "ra", "mesh_msg", "flow",
+                 "size", "held")
 
     def __init__(self, ptr, link: RouterLink, msg: bytes):
         self.ptr = ptr
         self.link = link
         self.msg = msg
+        self.size = len(msg)  # what each unsettled outgoing copy is charged to its consumer's connection
+        self.held = 0  # bytes charged to the producer's connection until the last copy leaves the router
         self.copies = 0
         self.buffered = 0
         self.outcome = 0

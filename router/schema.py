@@ -18,6 +18,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from router.budget import (DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTION_BUFFERED_BYTES,
+                           DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS, MIN_BUFFERED_BYTES)
+
 #: Status of an attribute or section in this release.
 ACTIVE = "active"        # parsed and acted on
 PENDING = "pending"      # parsed and stored; takes effect in a later release
@@ -265,6 +268,17 @@ _ROUTER = _entity("router", "router", [
     Attr("allowUnsettledMulticast", "boolean", False, status=DEPRECATED,
          doc="Deprecated in Dispatch; unsettled multicast is always allowed."),
     Attr("mobileAddrMaxAge", "integer", status=DEPRECATED, doc="Deprecated in Dispatch; ignored."),
+    Attr("maxBufferedBytes", "integer", DEFAULT_MAX_BUFFERED_BYTES, min=MIN_BUFFERED_BYTES, extension=True,
+         doc="Bytes of messages the router may buffer in all; past it, reading stops from the connections "
+             "whose messages it holds until the total falls to three quarters."),
+    Attr("maxConnectionBufferedBytes", "integer", DEFAULT_MAX_CONNECTION_BUFFERED_BYTES, min=MIN_BUFFERED_BYTES,
+         extension=True,
+         doc="Bytes of one connection's messages the router may buffer before it stops reading from that "
+             "connection (until half is left); also the limit on unsettled bytes sent to one connection."),
+    Attr("stalledDeliveryTimeoutSeconds", "integer", int(DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS), min=1,
+         extension=True,
+         doc="A multi-frame delivery that receives no bytes for this long is aborted: its link is detached "
+             "with amqp:resource-limit-exceeded."),
 ], singleton=True, doc="The router itself. At most one; missing means all defaults.")
 
 

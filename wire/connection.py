@@ -94,6 +94,10 @@ class ConnectionHandler:
     def on_batch_end(self) -> None:
         """Called after each drained batch of events: the place to do work once per batch, not per event."""
 
+    def on_output_drained(self, conn: "EngineConnection") -> None:
+        """``conn.output_blocked`` was set and the bytes queued for the socket fell to
+        ``conn.output_resume_at``: the application may send to this connection again."""
+
 
 class EngineConnection:
     """A proton engine for one connection, driven by explicit calls (no I/O, no reactor)."""
@@ -139,6 +143,15 @@ class EngineConnection:
         self.read_paused = False
         self.on_resume_reading = _noop  # the driver installs its wake-up for a paused reader
         self.opened_at_remote = False  # the peer's OPEN arrived (the handshake is done)
+        # Output accounting: bytes the application handed to the engine for this peer (it adds them) and
+        # that have not yet been taken out for the socket (take_output subtracts what it returns, framing
+        # included, so this slightly under-counts). The driver takes output only as fast as the socket
+        # accepts it, so a peer that stops reading keeps this high. While output_blocked is set the
+        # application sends nothing more and is told (on_output_drained) once out_pending is down to
+        # output_resume_at.
+        self.out_pending = 0
+        self.output_blocked = False
+        self.output_resume_at = 0
         self.refusal: tuple[str, str] | None = None  # see refuse()
         if not server:
             c.open()
@@ -175,9 +188,22 @@ class EngineConnection:
         raw.transport_close_tail(self._transport_ptr)
         self.process()
 
+    def _output_taken(self, n: int) -> None:
+        """``n`` bytes of output left the engine for the socket."""
+        pending = self.out_pending - n
+        self.out_pending = pending if pending > 0 else 0
+        if self.output_blocked and self.out_pending <= self.output_resume_at and not self.failed:
+            try:
+                self.handler.on_output_drained(self)
+            except Exception as exc:  # noqa: BLE001 - as in process(): this connection alone fails
+                self._handler_failed(exc)
+
     def take_output(self) -> bytes | None:
         """Pending output (up to OUTPUT_CHUNK bytes); b"" when none; None once the head is closed."""
-        return _OUTPUT.take_bytes(self._transport_ptr)
+        out = _OUTPUT.take_bytes(self._transport_ptr)
+        if out and (self.out_pending or self.output_blocked):
+            self._output_taken(len(out))
+        return out
 
     def tick(self, now: float) -> float | None:
         """Run idle-timeout processing; return the next deadline (seconds) or None."""
@@ -188,6 +214,11 @@ class EngineConnection:
     @property
     def finished(self) -> bool:
         return raw.transport_closed(self._transport_ptr)
+
+    @property
+    def closing(self) -> bool:
+        """We closed (or are closing) the connection: nothing more should be asked of it."""
+        return bool(self.connection.state & proton.Endpoint.LOCAL_CLOSED)
 
     def close(self, condition: str | None = None, description: str | None = None) -> None:
         """Close the connection with an optional AMQP error condition (graceful: a close frame is sent)."""
@@ -216,6 +247,15 @@ class EngineConnection:
         raw.transport_close_head(self._transport_ptr)
         self.process()
         self._report_closed()
+
+    def dispose(self) -> None:
+        """The connection is over (the driver calls this last): drop the references that tie this engine
+        to the application and the driver in cycles, so that the engine's memory (the proton connection
+        with every delivery buffer it pooled) goes as soon as nothing else refers to it, not at the
+        next full garbage collection."""
+        self.app = None
+        self.wake = _noop
+        self.on_resume_reading = _noop
 
     # -- events ---------------------------------------------------------------------------------
     def process(self) -> None:
@@ -349,20 +389,23 @@ class EngineConnection:
             self._session_gone(s)
             if not lib.pn_session_state(s) & raw.LOCAL_CLOSED:
                 lib.pn_session_close(s)
+            # Freed once our END is written (the engine keeps what it still needs): a connection that
+            # opens and ends sessions for ever must not keep every one of them until it closes.
+            lib.pn_session_free(s)
         elif t == raw.PN_CONNECTION_REMOTE_CLOSE:
             self.remote_closed = True
-            cond = self.connection.remote_condition
-            if cond is not None:
-                log.info("connection %d closed by peer: %s %s", self.id, printable(cond.name),
-                         printable(cond.description or ""))
+            name, description = raw.connection_remote_condition(self.connection._impl)
+            if name is not None:
+                log.info("connection %d closed by peer: %s %s", self.id, printable(name),
+                         printable(description or ""))
             self._report_closed()
             c = self.connection
             if not c.state & proton.Endpoint.LOCAL_CLOSED:
                 c.close()
         elif t == raw.PN_TRANSPORT_ERROR:
-            cond = self.transport.condition
-            if cond is not None:
-                self.error = f"{cond.name}: {cond.description}"
+            name, description = raw.transport_condition(self._transport_ptr)
+            if name is not None:
+                self.error = printable(f"{name}: {description}")
                 # After the peer's close frame a socket closing is the normal end; without one it is a
                 # client that vanished: worth a line, not an alarm.
                 level = logging.DEBUG if self.remote_closed or self._closed_reported else logging.INFO

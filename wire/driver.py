@@ -134,6 +134,7 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection, *,
         log.exception("connection %d failed", engine.id)
     finally:
         engine.abort()
+        engine.dispose()
         with trio.CancelScope(shield=True):
             await _aclose_quietly(stream)
 

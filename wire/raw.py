@@ -203,15 +203,38 @@ def set_rejected(delivery, condition: str, description: str | None = None) -> No
     delivery_update(delivery, REJECTED)
 
 
-def remote_condition(delivery) -> tuple[str | None, str | None]:
-    """Name and description of a remote rejected outcome's error condition (cold path, tests)."""
-    cond = lib.pn_disposition_condition(lib.pn_delivery_remote(delivery))
+def condition_text(cond) -> tuple[str | None, str | None]:
+    """Name and description of an error condition, or (None, None) when none is set. A peer wrote these
+    bytes, so they are decoded leniently: invalid UTF-8 is escaped, never an exception (AMQP 1.0 §2.8.14
+    makes them a symbol and a string, but a hostile peer sends what it likes)."""
+    if not cond or not lib.pn_condition_is_set(cond):
+        return None, None
     name = lib.pn_condition_get_name(cond)
     desc = lib.pn_condition_get_description(cond)
     return (
-        ffi.string(name).decode() if name else None,
-        ffi.string(desc).decode() if desc else None,
+        ffi.string(name).decode("utf-8", "backslashreplace") if name else None,
+        ffi.string(desc).decode("utf-8", "backslashreplace") if desc else None,
     )
+
+
+def remote_condition(delivery) -> tuple[str | None, str | None]:
+    """Name and description of a remote rejected outcome's error condition (cold path, tests)."""
+    return condition_text(lib.pn_disposition_condition(lib.pn_delivery_remote(delivery)))
+
+
+def connection_remote_condition(conn) -> tuple[str | None, str | None]:
+    """The condition of the peer's CLOSE (cold path)."""
+    return condition_text(lib.pn_connection_remote_condition(conn))
+
+
+def transport_condition(transport) -> tuple[str | None, str | None]:
+    """Why the transport failed (a framing or SASL error, possibly quoting the peer's bytes)."""
+    return condition_text(lib.pn_transport_condition(transport))
+
+
+def link_remote_condition(link) -> tuple[str | None, str | None]:
+    """The condition of the peer's DETACH (cold path)."""
+    return condition_text(lib.pn_link_remote_condition(link))
 
 
 def delivery_tag(delivery) -> bytes:

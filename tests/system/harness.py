@@ -85,6 +85,7 @@ class RouterProcess:
         *,
         router_id: str = "Router.A",
         listener_extra: str = "",
+        router_extra: str = "",
         start_timeout: float = 15.0,
         mode: str = "standalone",
     ) -> None:
@@ -114,6 +115,7 @@ class RouterProcess:
             "router {\n"
             f"    mode: {mode}\n"
             f"    id: {router_id}\n"
+            f"{_indent_block(router_extra)}"
             "}\n"
             "\n"
             "listener {\n"

@@ -397,6 +397,11 @@ class EngineSide:
     def finished(self) -> bool:
         return self.engine.finished
 
+    @property
+    def paused(self) -> bool:
+        """The engine's reader is paused (back-pressure): the driver would not read its socket."""
+        return self.engine.read_paused
+
 
 def _side(x):
     return EngineSide(x) if isinstance(x, EngineConnection) else x
@@ -418,6 +423,8 @@ class Pipe:
             return False
         moved = False
         for src, dst, attr in ((self.a, self.b, "bytes_ab"), (self.b, self.a, "bytes_ba")):
+            if getattr(dst, "paused", False):
+                continue  # like TCP: what the sender writes waits in its own buffers
             out = src.take_output()
             if out is None:
                 if not dst.eof:

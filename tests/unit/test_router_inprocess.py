@@ -894,7 +894,7 @@ def test_large_message_forwarded_intact(h, anonymous, size):
     h.pump()
     assert outcome(d) == {"state": "accepted", "settled": True}
     assert not d_small.settled
-    assert h.router._partial == {}
+    assert not h.router.assembly and h.router.budget.total == 0
 
 
 def test_aborted_delivery_is_dropped(h):
@@ -905,7 +905,7 @@ def test_aborted_delivery_is_dropped(h):
     d.abort()
     h.pump()
     assert cons.received(rcv) == []
-    assert h.router._partial == {}
+    assert not h.router.assembly and h.router.budget.total == 0
     d2 = prod.send(snd, body="next")
     h.pump()
     assert cons.bodies(rcv) == ["next"]
