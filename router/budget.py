@@ -102,6 +102,8 @@ class BufferBudget:
     def over(self, rc) -> None:
         """``rc`` was just charged and it or the router-wide total is over a pause mark: pause reading
         from it (and, when the total just went over, from every connection holding bytes)."""
+        if self.under_pressure and self.total <= self.total_low:
+            self.under_pressure = False  # it passed the low mark while nobody was paused to notice
         if self.total > self.total_high and not self.under_pressure:
             self.under_pressure = True
             log.info("router-wide buffered bytes %d over %d: pausing the connections that hold them",
