@@ -116,7 +116,7 @@ class Fabric:
                 self.wires.pop(peer, None)
                 self.refusals.append((self.now, rid, peer[0], description))
                 if peer[0] in self.engines:
-                    self.engines[peer[0]].peer_refused(key, description, self.now)
+                    self.engines[peer[0]].peer_refused(peer[1], description, self.now)
                     self.engines[peer[0]].link_lost(peer[1], self.now)
                 eng.link_lost(key, self.now)
 
