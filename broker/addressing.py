@@ -123,6 +123,7 @@ class AddressModel:
                 if msg.record_id is not None:
                     self.journal.append_ack(msg.record_id)
                     msg.record_id = None
+        paged = self.forget_paged(name)  # after the acks above: every record of the queue left is paged
         self._dirty.discard(q)
         if not any(i.address == info.address for i in self.queue_info.values()) and \
                 self.cfg.address(info.address) is None:
@@ -135,8 +136,8 @@ class AddressModel:
                 self.addresses[info.address].discard(info.routing_type)
         if not info.temporary and info.durable:
             self._bindings_dirty = True
-        log.info("queue %s %s (%d messages dropped)", name, reason, len(gone))
-        return len(gone)
+        log.info("queue %s %s (%d messages dropped)", name, reason, len(gone) + paged)
+        return len(gone) + paged
 
     # -- lookup -----------------------------------------------------------------------------------------
     def routing_type_for(self, address: str, capabilities=()) -> str:
@@ -232,8 +233,14 @@ class AddressModel:
                                                          delivery_count=msg.delivery_count)
             journal.append_ack(msg.record_id)
             msg.record_id = None
-        target.enqueue(moved)
-        self._dirty.add(target)
+        target_address = self.queue_info[target.name].address
+        if self.must_page(target) or (self.pager is not None and self.limits.pages(target_address) and
+                                      self.limits.full(target_address, [target], len(payload)) and
+                                      self.paging_refusal() is None):
+            self._page(target, moved, target_address)  # behind what the target already paged (FIFO)
+        else:
+            target.enqueue(moved)
+            self._dirty.add(target)
         if expired:
             self.messages_moved_expired += 1
         else:

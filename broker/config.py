@@ -23,7 +23,6 @@ import re
 import urllib.parse
 import xml.etree.ElementTree as ET
 
-from . import limits
 from . import xmlschema as xs
 from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
     ANY_WORDS, DELIMITER, SINGLE_WORD, Acceptor, AddressConfig,
@@ -174,7 +173,18 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
         elif name == "global-max-size":
             cfg.global_max_size = ctx.value(el, "size")
             cfg.global_max_size_line = el.line
-    limits.check_config(cfg)
+        elif name == "paging-directory":
+            cfg.paging_directory = ctx.text(el)
+        elif name == "max-disk-usage":
+            cfg.max_disk_usage = ctx.value(el, "int")
+            if cfg.max_disk_usage != -1 and not 0 <= cfg.max_disk_usage <= 100:
+                raise ctx.error(el, f"<max-disk-usage> is a percentage (0-100) or -1 (no check), "
+                                    f"got {cfg.max_disk_usage}")
+        elif name == "disk-scan-period":
+            cfg.disk_scan_period_ms = ctx.value(el, "long")
+            if cfg.disk_scan_period_ms <= 0:
+                raise ctx.error(el, f"<disk-scan-period> must be a positive number of ms, "
+                                    f"got {cfg.disk_scan_period_ms}")
     return cfg
 
 
@@ -336,6 +346,8 @@ def _parse_address_settings(ctx: Ctx, parent) -> list[AddressSettings]:
                 values[fld] = ctx.value(sel, kind)
                 if fld == "max_delivery_attempts" and values[fld] < -1:
                     raise ctx.error(sel, "<max-delivery-attempts> must be -1 (unlimited) or >= 0")
+                if fld == "page_size_bytes" and values[fld] <= 0:
+                    raise ctx.error(sel, "<page-size-bytes> must be a positive byte size")
             elif sname in xs.ADDRESS_SETTING_IGNORED:
                 ctx.warn(sel, f"<{sname}> is accepted but ignored by tdbroker")
             else:

@@ -5,6 +5,7 @@ merges ``<address-setting>`` elements by."""
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field, fields
 
 from . import xmlschema as xs
@@ -76,6 +77,7 @@ class AddressSettings:
     default_address_routing_type: str | None = None   # "anycast" | "multicast"
     max_size_bytes: int | None = None
     address_full_policy: str | None = None            # PAGE | DROP | FAIL | BLOCK
+    page_size_bytes: int | None = None                # size of one page file (paging)
     line: int = 0
 
 
@@ -150,6 +152,17 @@ class BrokerConfig:
     flow_records: FlowRecordsConfig | None = None
     global_max_size: int | None = None  # bytes over every address; None or -1 = no global limit
     global_max_size_line: int = 0
+    paging_directory: str | None = None  # None: "paging" beside the journal directory
+    max_disk_usage: int = xs.DEFAULT_MAX_DISK_USAGE  # percent of the journal's file system; -1 = no check
+    disk_scan_period_ms: int = xs.DEFAULT_DISK_SCAN_PERIOD_MS
+
+    @property
+    def paging_path(self) -> str:
+        """Where page files go (see :data:`broker.xmlschema.DEFAULT_PAGING_DIRECTORY_NAME`)."""
+        if self.paging_directory:
+            return self.paging_directory
+        parent = os.path.dirname(os.path.normpath(self.journal_directory))
+        return os.path.join(parent, xs.DEFAULT_PAGING_DIRECTORY_NAME)
 
     def settings_for(self, address: str) -> AddressSettings:
         """The merged settings for ``address``, with Artemis' defaults for unset fields."""

@@ -80,6 +80,9 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
         if broker.committer is not None:
             await nursery.start(broker.committer.run)
             nursery.start_soon(broker.durability_loop)
+        if broker.pager is not None:
+            await nursery.start(broker.pager.run)
+        nursery.start_soon(broker.disk_loop)
         nursery.start_soon(broker.expiry_loop)
         nursery.start_soon(broker.bindings_loop)
         if broker.recorder is not None:

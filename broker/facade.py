@@ -26,33 +26,48 @@ class ManagementFacade:
     """Mixin: the management view and commands of a Broker."""
 
     # -- views -------------------------------------------------------------------------------------------
+    def _paged(self, name: str) -> tuple[int, int, int]:
+        """(messages, bytes, page files) paged for queue ``name``."""
+        return self.pager.stats(name) if self.pager is not None else (0, 0, 0)
+
     def mgmt_queues(self) -> list[dict]:
         out = []
         for name, q in self.queues.items():
             info = self.queue_info[name]
+            paged, paged_bytes, _pages = self._paged(name)
             out.append({
                 "name": name,
                 "address": info.address,
                 "routingType": info.routing_type,
                 "durable": info.durable,
                 "temporary": info.temporary,
-                "messageCount": q.message_count,
+                "messageCount": q.message_count + paged,  # as Artemis counts: paged messages included
                 "consumerCount": q.consumer_count,
                 "deliveredCount": q.messages_delivered,
                 "acknowledgedCount": q.messages_acknowledged,
                 "deadLetteredCount": q.messages_killed,
                 "expiredCount": q.messages_expired,
-                "messagesAdded": q.messages_added,
+                "messagesAdded": q.messages_added + paged,
+                "paging": paged > 0,
+                "pagedMessageCount": paged,
+                "pagedSize": paged_bytes,
             })
         return out
 
     def mgmt_addresses(self) -> list[dict]:
         out = []
         for address, types in self.addresses.items():
+            names = [n for n, i in self.queue_info.items() if i.address == address]
+            paged = [self._paged(n) for n in names]
             out.append({
                 "name": address,
                 "routingTypes": sorted(types),
-                "queues": [n for n, i in self.queue_info.items() if i.address == address],
+                "queues": names,
+                # Artemis' AddressControl: isPaging, getNumberOfPages, getAddressSize (bytes in memory).
+                "paging": any(p[0] for p in paged),
+                "numberOfPages": sum(p[2] for p in paged),
+                "addressSize": sum(self.queues[n].size_bytes for n in names),
+                "pagedSize": sum(p[1] for p in paged),
             })
         return out
 
@@ -108,8 +123,10 @@ class ManagementFacade:
                 if msg.record_id is not None:
                     self.journal.append_ack(msg.record_id)
                     msg.record_id = None
+        # Paged messages go too; durable ones still in memory (being delivered) keep their records.
+        paged = self.forget_paged(name, keep=q.record_ids())
         self.on_batch_end()
-        return len(gone)
+        return len(gone) + paged
 
     def start_broker_connection(self, name: str) -> None:
         self.bridges[name].start()

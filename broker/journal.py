@@ -55,11 +55,11 @@ from broker.journal_compact import (  # noqa: F401  (re-exported)
     COMPACT_DEAD_RATIO, COMPACT_DEAD_SEGMENTS, Compaction, CompactionPlan, CompactionStats, Segment,
 )
 from broker.journal_io import (  # noqa: F401  (errors re-exported: callers import them from here)
-    COMPACT_WRITE_CHUNK, HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
+    HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
     OUT_OF_SPACE, RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_MESSAGE, T_UPDATE, TMP_SUFFIX,
     GroupCommitter, JournalCorruptError, JournalError, JournalFailedError, JournalFormatError,
     JournalLockedError, JournalOutOfSpaceError, create_file, decode, decode_head, encode_ack, encode_header,
-    encode_message, encode_update, fsync_path, read_header, read_records, reencode_message, scan_records,
+    encode_message, encode_update, fsync_path, read_header, read_records, scan_records,
     segment_name, write_all,
 )
 
@@ -355,15 +355,15 @@ class Journal(Compaction):
     def locate(self, record_ids: list[int]) -> list[tuple[int, str, int, int]] | None:
         """Trio thread: ``(record_id, path, offset, size)`` of each live message record on disk, for
         :func:`broker.journal_io.read_records` (which may run in a worker thread); None while a compaction
-        is moving records (ask again after it). Messages not on disk yet are left out: :meth:`buffered`
-        has them. A caller reading in another thread brackets the read with :meth:`hold_reads` /
+        is moving records (ask again after it). Messages not on disk yet are left out (:meth:`buffered` has
+        them), and so are acknowledged ones. A caller reading in another thread brackets the read with :meth:`hold_reads` /
         :meth:`release_reads`, which keeps compaction from starting meanwhile."""
         if self._compacting:
             return None
         out = []
         for rid in record_ids:
             m = self._messages.get(rid)
-            if m is not None and m.seq is not None:
+            if m is not None and m.seq is not None and not m.acked:
                 out.append((rid, self._segment(m.seq).path, m.offset, m.size))
         return out
 
@@ -371,7 +371,7 @@ class Journal(Compaction):
         """The payload of a live message whose record is not on disk yet (buffered, or being written), else
         None. A linear search: only a message paged the moment it arrived needs it."""
         m = self._messages.get(record_id)
-        if m is None or m.seq is not None:
+        if m is None or m.seq is not None or m.acked:
             return None
         records = self._buffer if self._inflight is None else self._inflight.records + self._buffer
         for kind, rid, data in records:
@@ -381,7 +381,7 @@ class Journal(Compaction):
 
     def read_payloads(self, record_ids: list[int]) -> dict[int, bytes]:
         """BLOCKING, Trio thread: the payloads of live messages (wherever they are). Unknown or acknowledged
-        ids are left out."""
+        ids (an acknowledgement buffered counts) are left out."""
         self._check()
         found = {rid: p for rid in record_ids if (p := self.buffered(rid)) is not None}
         located = self.locate([rid for rid in record_ids if rid not in found])
@@ -389,6 +389,11 @@ class Journal(Compaction):
             raise JournalError("read_payloads during a compaction")
         found.update(read_records(located))
         return found
+
+    def live_ids(self, queue: str) -> list[int]:
+        """Record ids of the live (unacknowledged) messages of ``queue``, in order: a scan of every live
+        message (cold path: deleting or purging a queue whose messages are partly paged)."""
+        return [rid for rid, m in self._messages.items() if m.queue == queue and not m.acked]
 
     def hold_reads(self) -> None:
         self._read_holds += 1

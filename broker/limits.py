@@ -15,18 +15,21 @@ meets its address's full policy (Artemis docs, "Paging" and "Address Settings"):
 * ``BLOCK`` — stored, but the producer's credit is not given back while the address is full; it is
   returned once consumers have taken the address below its limit. A producer holding credit can still
   send what that credit allows (at most the link's credit window): the overshoot is bounded by it.
-* ``PAGE`` — not implemented: a configuration that would page (a limit with the PAGE policy, which is
-  Artemis' default policy) is refused at start-up by :func:`check_config`, never silently unbounded.
+* ``PAGE`` — the message is written to disk (:mod:`broker.paging`) instead of held in memory, and so is
+  every later message of that queue until its page files are read back, in order, as consumers take the
+  address below its limits again.
+
+Which queues a message for an address reaches and their sizes are the broker's; this module only compares
+numbers, so it is tested without a broker.
 """
 
 from __future__ import annotations
 
 from broker.configmodel import AddressSettings, BrokerConfig
-from broker.xmlschema import BrokerConfigError
 
 FAIL, BLOCK, DROP, PAGE = "FAIL", "BLOCK", "DROP", "PAGE"
 # What store() is told to do with one message.
-STORE, STORE_BLOCKED, REJECT, DISCARD = "store", "store-blocked", "reject", "discard"
+STORE, STORE_BLOCKED, REJECT, DISCARD, PAGED = "store", "store-blocked", "reject", "discard", "page"
 
 # The condition Artemis' AMQP protocol manager sends for a full address.
 RESOURCE_LIMIT_EXCEEDED = "amqp:resource-limit-exceeded"
@@ -39,24 +42,6 @@ class SizeMeter:
 
     def __init__(self) -> None:
         self.total = 0
-
-
-def check_config(cfg: BrokerConfig) -> None:
-    """Refuse at start-up what would need paging: a ``max-size-bytes`` limit whose policy is PAGE, or
-    a ``global-max-size`` while the catch-all policy is PAGE. FILE:LINE names the setting."""
-    for s in cfg.address_settings:
-        merged = cfg.settings_for(s.match)
-        limited = merged.max_size_bytes is not None and merged.max_size_bytes >= 0
-        if limited and (merged.address_full_policy or PAGE) == PAGE:
-            raise BrokerConfigError(cfg.path, s.line, f"address-setting {s.match!r}: max-size-bytes "
-                                    f"{merged.max_size_bytes} with address-full-policy PAGE: paging is not "
-                                    "implemented; use FAIL, BLOCK or DROP")
-    if cfg.global_max_size is not None and cfg.global_max_size >= 0:
-        catch_all = cfg.settings_for("#")
-        if (catch_all.address_full_policy or PAGE) == PAGE:
-            raise BrokerConfigError(cfg.path, cfg.global_max_size_line, "global-max-size needs an "
-                                    "address-full-policy other than PAGE for every address (paging is not "
-                                    "implemented): set FAIL, BLOCK or DROP in <address-setting match=\"#\">")
 
 
 class AddressLimits:
@@ -72,7 +57,20 @@ class AddressLimits:
         self._per_address: dict[str, tuple[int, str]] = {}
         self.dropped: dict[str, int] = {}       # address -> messages dropped by the DROP policy
         self.rejected: dict[str, int] = {}      # address -> messages rejected by the FAIL policy
+        self.paged: dict[str, int] = {}         # address -> messages written to page files (PAGE policy)
         self.blocked: dict = {}                 # incoming link -> (address, queues, credit owed)
+
+    @property
+    def may_page(self) -> bool:
+        """True when some address can page (a PAGE policy with a limit: its own or the global one), so the
+        broker needs its paging directory."""
+        cfg = self.cfg
+        for s in cfg.address_settings:
+            merged = cfg.settings_for(s.match)
+            if (merged.address_full_policy or PAGE) == PAGE and \
+                    ((merged.max_size_bytes is not None and merged.max_size_bytes >= 0) or self.global_max >= 0):
+                return True
+        return self.global_max >= 0 and (cfg.settings_for("#").address_full_policy or PAGE) == PAGE
 
     def limit_of(self, address: str) -> tuple[int, str]:
         """(max-size-bytes, policy) for ``address``; -1 = no address limit."""
@@ -90,6 +88,14 @@ class AddressLimits:
         max_bytes, _policy = self.limit_of(address)
         return max_bytes >= 0 and sum(q.size_bytes for q in queues) + extra * len(queues) > max_bytes
 
+    def fits(self, address: str, queues, size: int) -> bool:
+        """True when ``size`` more bytes in ONE of ``queues`` (all of the address's queues) stay within the
+        limits (depaging: a message goes back to its own queue)."""
+        if self.global_max >= 0 and self.meter.total + size > self.global_max:
+            return False
+        max_bytes, _policy = self.limit_of(address)
+        return max_bytes < 0 or sum(q.size_bytes for q in queues) + size <= max_bytes
+
     def verdict(self, address: str, queues, size: int) -> str:
         """What to do with a message of ``size`` bytes for ``address`` routed to ``queues``."""
         if not queues or not self.full(address, queues, size):
@@ -101,7 +107,26 @@ class AddressLimits:
         if policy == DROP:
             self.dropped[address] = self.dropped.get(address, 0) + 1
             return DISCARD
+        if policy == PAGE:
+            return PAGED
         return STORE_BLOCKED
+
+    def counted_page(self, address: str) -> None:
+        self.paged[address] = self.paged.get(address, 0) + 1
+
+    def pages(self, address: str) -> bool:
+        """True when ``address``'s policy is PAGE and it has a limit (its own or the global one)."""
+        max_bytes, policy = self.limit_of(address)
+        return policy == PAGE and (max_bytes >= 0 or self.global_max >= 0)
+
+    def largest_message(self, address: str) -> int:
+        """The largest message ``address`` could ever hold within its limits (-1: no limit): a bigger one
+        is refused while it still arrives instead of being buffered whole. A message above the address's
+        own max-size-bytes never fits, whatever the policy, paging included -- it would have to be held
+        in memory whole to be delivered."""
+        max_bytes, _policy = self.limit_of(address)
+        bounds = [b for b in (max_bytes, self.global_max) if b >= 0]
+        return min(bounds) if bounds else -1
 
     def owe(self, link, address: str, queues) -> None:
         """``link`` gets one credit back once ``address`` is below its limits again."""

@@ -33,6 +33,22 @@ class BrokerLink:
         self.durable_sub = False   # a durable subscription: deleted only when the link is closed
 
 
+class PartialDelivery:
+    """A multi-frame message still arriving: its chunks so far, whether its header says durable, the size
+    it may grow to before it is refused (``cap``), the size at which the broker looks at it again, and
+    why it was refused, if it was (its remaining bytes are then dropped as they arrive)."""
+
+    __slots__ = ("chunks", "size", "durable", "cap", "next_check", "refused")
+
+    def __init__(self, durable: bool):
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.refused: str | None = None  # rejected while arriving: the rest is dropped, not kept
+        self.durable = durable
+        self.cap = -1          # set by the first check (which runs at once)
+        self.next_check = 0
+
+
 class BrokerConnection:
     """Per-connection state (``engine.app``)."""
 

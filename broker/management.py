@@ -27,10 +27,15 @@ QUEUE = ARTEMIS + "queue"
 ADDRESS = ARTEMIS + "address"
 BROKER_CONNECTION = ARTEMIS + "brokerConnection"
 
+# temporary: a dynamic (reply) queue that goes with its consumer. messageCount includes paged messages
+# (as Artemis counts them); paging / pagedMessageCount / pagedSize: what of it is in page files (tdbroker).
 QUEUE_ATTRIBUTES = ("name", "identity", "type", "address", "routingType", "durable", "messageCount",
                     "consumerCount", "deliveredCount", "acknowledgedCount", "deadLetteredCount",
-                    "temporary")  # temporary: a dynamic (reply) queue that goes with its consumer
-ADDRESS_ATTRIBUTES = ("name", "identity", "type", "routingTypes", "queues")
+                    "temporary", "paging", "pagedMessageCount", "pagedSize")
+# Artemis' AddressControl: paging (isPaging), numberOfPages, addressSize (bytes held in memory); pagedSize:
+# bytes in page files (tdbroker).
+ADDRESS_ATTRIBUTES = ("name", "identity", "type", "routingTypes", "queues", "paging", "numberOfPages",
+                      "addressSize", "pagedSize")
 CONNECTION_ATTRIBUTES = ("name", "identity", "type", "uri", "status", "links", "autoStart")
 
 ATTRIBUTES = {QUEUE: QUEUE_ATTRIBUTES, ADDRESS: ADDRESS_ATTRIBUTES, BROKER_CONNECTION: CONNECTION_ATTRIBUTES}

@@ -595,6 +595,11 @@ class Queue:
             self._gone(msg)
         return gone
 
+    def record_ids(self) -> set[int]:
+        """Journal record ids of the durable messages held, ready or being delivered."""
+        held = list(self._ready.values()) + [msg for _c, msg in self._deliveries.values()]
+        return {m.record_id for m in held if m.record_id is not None}
+
     def purge(self) -> int:
         """Remove every ready message; returns how many (see :meth:`purge_messages`)."""
         return len(self.purge_messages())

@@ -8,7 +8,8 @@ on); links the broker attaches itself (broker connections, :mod:`broker.connecti
 Durability: a message whose header says durable is appended to the journal and enqueued at once (the
 journal's order puts any later acknowledgement after it), but its delivery is settled ``accepted`` only
 once the group committer reports its record on disk (:meth:`durability_loop`). Non-durable messages are
-accepted at once.
+accepted at once. Journal recovery, paging and the disk limits are in :mod:`broker.storage`; what size a
+message may have and its refusal while it still arrives in :mod:`broker.admission`.
 
 Dead letters and expiry follow Artemis: a message rejected by a consumer, or whose delivery-count reaches
 the address-settings ``max-delivery-attempts``, moves to the queue of the ``dead-letter-address``; one
@@ -16,14 +17,11 @@ whose ttl / absolute-expiry-time passes moves to the ``expiry-address`` (its exp
 target queue is created if it does not exist. A durable message's move is journaled as a new message
 record on the target queue plus the acknowledgement of the old record. With no such address configured
 (or when it names the queue the message is leaving) the message is dropped and only counted.
-Expiry is time-driven: :meth:`Broker.expiry_loop` sleeps until the earliest ``next_expiry()`` of any queue
-(re-armed after every batch of events) and then calls ``Queue.expire``; the clock is injectable
-(``Broker(cfg, clock=...)``, milliseconds since the epoch).
+Expiry is time-driven (:mod:`broker.timers`); the clock is injectable (``Broker(cfg, clock=...)``,
+milliseconds since the epoch).
 
 Address limits (``max-size-bytes``, ``address-full-policy``, ``global-max-size``) are decided in
-:mod:`broker.limits`; this module applies the verdicts (reject, drop, withhold credit). It is a little
-over the project's ~600-line guide: the planned split of this class into composed parts (the
-architecture issue) takes the link, timer and limit glue apart; until then the data path stays here.
+:mod:`broker.limits`; this module applies the verdicts (reject, drop, withhold credit, page).
 
 The connection and link records are in :mod:`broker.links`. Addresses, routing types, subscriptions
 and temporary queues live in :mod:`broker.addressing`; the
@@ -39,20 +37,20 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections import deque
 
 import proton
 import trio
 
 from broker.addressing import MULTICAST, AddressModel
+from broker.admission import Admission
 from broker.config import BrokerConfig
 from broker.connections import BridgeControl
 from broker.facade import ManagementFacade
-from broker.journal import Journal
-from broker.journal_io import MAX_RECORD_BYTES, GroupCommitter
-from broker.limits import DISCARD, REJECT, RESOURCE_LIMIT_EXCEEDED, STORE_BLOCKED, AddressLimits, SizeMeter
+from broker.limits import DISCARD, PAGED, REJECT, STORE_BLOCKED, AddressLimits, SizeMeter
 from broker.links import BrokerConnection, BrokerLink
 from broker.queue import ACCEPTED, MODIFIED, REJECTED, RELEASED, Queue, QueuedMessage
+from broker.storage import Storage
+from broker.timers import Timers
 from wire import raw
 from wire.terminus import capabilities
 from wire.validate import validate_message
@@ -66,9 +64,6 @@ VERSION = "0.1.0"
 # ones: once on disk). Artemis' default amqpCredits. It bounds what one fsync can cover: with 250 a
 # sender waited for the group commit every 250 messages (measured: 13k -> 17k durable msg/s direct).
 LINK_CAPACITY = 1000
-# A multi-frame message is checked against the limits every this many frames while it arrives (a
-# 16 KiB-frame message: every 1 MiB), so a message that cannot be stored is refused early, not buffered.
-PARTIAL_CHECK_EVERY = 64
 # The node a management client sends requests to (Artemis' and Dispatch's name).
 MANAGEMENT_ADDRESS = "$management"
 # Terminus durability values (AMQP 1.0 §3.5.5) and expiry policy that make a subscription durable.
@@ -81,10 +76,14 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Broker(AddressModel, ManagementFacade, ConnectionHandler):
-    """The broker: queues and journal behind AMQP links (see the module docstring)."""
+class Broker(AddressModel, Storage, Admission, Timers, ManagementFacade, ConnectionHandler):
+    """The broker: queues and journal behind AMQP links (see the module docstring).
 
-    def __init__(self, cfg: BrokerConfig, *, clock=None):
+    ``clock``: () -> milliseconds since the epoch; ``disk_usage``: path -> (total, available) bytes of
+    its file system (see :mod:`broker.disk`); ``journal_write``: the journal's ``write(fd, data)``. All
+    are injectable for tests (a full disk, without filling one)."""
+
+    def __init__(self, cfg: BrokerConfig, *, clock=None, disk_usage=None, journal_write=None):
         self.cfg = cfg
         self.clock = clock or _now_ms  # () -> milliseconds since the epoch
         self.name = cfg.name or "tdbroker"
@@ -93,13 +92,9 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
         self.bridges: dict = {}  # broker connection name -> broker.connections.BridgeControl
         self.connections: set[BrokerConnection] = set()
         self.consumers: dict = {}  # consumer id -> BrokerLink
-        self.journal: Journal | None = None
-        self.committer: GroupCommitter | None = None
-        self._partial: dict = {}
+        self._partial: dict = {}  # delivery -> PartialDelivery (multi-frame messages still arriving)
         self._dirty: set[Queue] = set()
         self._wake: set = set()
-        self._pending_durable: deque = deque()  # (BrokerLink, delivery, record_id)
-        self._durable_wakeup = trio.Event()
         self._expiry_wakeup = trio.Event()
         self._expiry_armed: int | None = None  # the expires_at the expiry loop sleeps until
         self._bindings_wakeup: trio.Event | None = None  # set by bindings_loop while it runs
@@ -110,109 +105,10 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
         self._expiry_targets = {s.expiry_address for s in cfg.address_settings if s.expiry_address}
         self.meter = SizeMeter()  # bytes held by every queue (global-max-size); queues update it
         self.limits = AddressLimits(cfg, self.meter)
+        self._init_storage(disk_usage, journal_write)
         self._init_addressing()
         for conn in cfg.broker_connections:
             BridgeControl(self, conn)
-
-    # -- journal ----------------------------------------------------------------------------------
-    def open_journal(self) -> int:
-        """Open (recover) the journal and re-enqueue what it holds, in order. Returns the count."""
-        if not self.cfg.persistence_enabled:
-            return 0
-        self.journal = Journal(self.cfg.journal_directory, fsync=self.cfg.journal_sync_non_transactional)
-        stored = self.journal.recover()
-        self.load_bindings()
-        now = _now_ms()
-        for sm in stored:
-            q = self.queues.get(sm.queue) or self._create_queue(sm.queue, sm.queue, notify=False)
-            msg = QueuedMessage.from_bytes(sm.payload, now, record_id=sm.record_id)
-            msg.delivery_count = sm.delivery_count
-            msg.durable = True
-            if sm.queue in self._expiry_targets:
-                msg.expires_at = None
-            q.enqueue(msg)
-        self.committer = GroupCommitter(self.journal)
-        log.info("journal %s: recovered %d messages", self.cfg.journal_directory, len(stored))
-        return len(stored)
-
-    def close_journal(self) -> None:
-        if self.journal is not None:
-            self.journal.close()
-
-    async def durability_loop(self) -> None:
-        """Settle durable deliveries once the group committer has their records on disk."""
-        while True:
-            await self._durable_wakeup.wait()
-            self._durable_wakeup = trio.Event()
-            while self._pending_durable:
-                await self.committer.wait_durable(self._pending_durable[-1][2])
-                self._settle_durable()
-
-    def next_expiry(self) -> int | None:
-        """The earliest expires_at of a ready message in any queue, or None."""
-        times = [t for t in (q.next_expiry() for q in self.queues.values()) if t is not None]
-        return min(times) if times else None
-
-    def next_timer(self) -> int | None:
-        """The earliest time the timer loop has work: an expiry or the end of a redelivery delay."""
-        times = [t for q in self.queues.values() for t in (q.next_expiry(), q.next_redelivery())
-                 if t is not None]
-        return min(times) if times else None
-
-    def expire_due(self, now: int | None = None) -> int:
-        """Expire (move or drop) every ready message whose time has come; returns how many. Runs the
-        batch-end work (dispatch to the expiry queues, journal kick) when anything expired."""
-        now = self.clock() if now is None else now
-        n = 0
-        due = False
-        for q in list(self.queues.values()):
-            t = q.next_expiry()
-            if t is not None and t <= now:
-                n += q.expire(now)
-            t = q.next_redelivery()
-            if t is not None and t <= now and q.end_delays(now):
-                self._dirty.add(q)  # a redelivery delay ended: hand the message out
-                due = True
-        if n or due:
-            self.on_batch_end()
-        return n
-
-    async def expiry_loop(self) -> None:
-        """Sleep until the earliest expiry (re-armed by :meth:`_arm_expiry` after each batch), then
-        expire what is due."""
-        while True:
-            nxt = self.next_timer()
-            self._expiry_armed = nxt
-            if nxt is None:
-                await self._expiry_wakeup.wait()
-            else:
-                with trio.move_on_after(max(0.0, (nxt - self.clock()) / 1000.0)):
-                    await self._expiry_wakeup.wait()
-            self._expiry_wakeup = trio.Event()
-            self.expire_due()
-
-    def _arm_expiry(self) -> None:
-        """Wake the expiry loop when a message now expires before the time it sleeps until."""
-        nxt = self.next_timer()
-        if nxt is not None and (self._expiry_armed is None or nxt < self._expiry_armed):
-            self._expiry_armed = nxt
-            self._expiry_wakeup.set()
-
-    def _settle_durable(self) -> None:
-        durable = self.journal.durable_id
-        pending = self._pending_durable
-        wake = set()
-        accepted = raw.ACCEPTED
-        while pending and pending[0][2] <= durable:
-            bl, d, _rid = pending.popleft()
-            if bl.closed:
-                continue
-            raw.delivery_update(d, accepted)
-            raw.delivery_settle(d)
-            self._give_credit(bl)
-            wake.add(bl.engine)
-        for engine in wake:
-            engine.wake()
 
     # -- engines ----------------------------------------------------------------------------------
     def connection_settings(self, **kw) -> ConnectionSettings:
@@ -246,10 +142,7 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
         if raw.delivery_partial(d):
             chunk = raw.recv_all(lp)
             if chunk:
-                chunks = self._partial.setdefault(d, [])
-                chunks.append(chunk)
-                if len(chunks) % PARTIAL_CHECK_EVERY == 0:
-                    self._check_partial(engine, bl, d, chunks)
+                self._partial_chunk(engine, bl, d, chunk)
             elif raw.delivery_aborted(d):
                 self._partial.pop(d, None)
                 raw.link_advance(lp)
@@ -257,10 +150,9 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
             return
         payload = raw.recv_all(lp)
         if self._partial:
-            chunks = self._partial.pop(d, None)
-            if chunks:
-                chunks.append(payload)
-                payload = b"".join(chunks)
+            payload = self._partial_end(bl, d, payload)
+            if payload is None:
+                return
         raw.link_advance(lp)
         if not payload and raw.delivery_aborted(d):
             raw.delivery_settle(d)
@@ -291,27 +183,6 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
         info = self.queue_info.get(bl.queue.name) if bl.queue is not None else None
         return (info.address, [bl.queue]) if info is not None else ("", [])
 
-    def _check_partial(self, engine, bl: BrokerLink, d, chunks: list) -> None:
-        """A multi-frame message still arriving: refuse it as soon as it cannot be stored (larger than a
-        journal record, or its address full under FAIL), instead of buffering it to its end."""
-        size = sum(map(len, chunks))
-        why = None
-        if size > MAX_RECORD_BYTES:
-            why = f"message larger than the {MAX_RECORD_BYTES}-byte journal record limit"
-        elif self.limits.active and bl.mode != BrokerLink.MANAGEMENT:
-            address, queues = self._scope(bl)
-            if queues and self.limits.limit_of(address)[1] == "FAIL" and self.limits.full(address, queues, size):
-                why = f"address {address} is full"
-        if why is None:
-            return
-        self._partial.pop(d, None)
-        raw.set_rejected(d, "amqp:link:message-size-exceeded", why)
-        raw.delivery_settle(d)
-        self._unbind(bl, failed=False)
-        engine.app.links.pop(bl.ptr, None)
-        engine.close_link(bl.ptr, "amqp:link:message-size-exceeded", why)
-        log.warning("connection %d: link %s: %s: refused while still arriving", engine.id, bl.name, why)
-
     def _store(self, bl: BrokerLink, d, payload: bytes) -> None:
         if bl.closed:  # in flight while its queue was deleted: the sender may try elsewhere
             raw.delivery_update(d, raw.RELEASED)
@@ -329,12 +200,16 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
             self._answer(bl, d, accepted=False)
             return
         targets = [bl.queue] if bl.mode is None else self.multicast_queues(bl.address)
+        address = bl.address if bl.mode is not None else self.queue_info[bl.queue.name].address
+        page_all = False
         if self.limits.active:
-            address = bl.address if bl.mode is not None else self.queue_info[bl.queue.name].address
+            largest, what = self.largest_message(bl)
+            if len(payload) > largest:
+                self._refuse(bl, d, f"message larger than {largest} bytes ({what})")
+                return
             verdict = self.limits.verdict(address, targets, len(payload))
             if verdict == REJECT:
-                raw.set_rejected(d, RESOURCE_LIMIT_EXCEEDED, f"Address is full: {address}")
-                self._answer(bl, d, accepted=False)
+                self._refuse(bl, d, f"Address is full: {address}")
                 return
             if verdict == DISCARD:
                 self._answer(bl, d)
@@ -342,10 +217,23 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
             if verdict == STORE_BLOCKED and not self.limits.blocked:
                 log.info("address %s is full (BLOCK policy): producers get no more credit until it drains",
                          address)
+            page_all = verdict == PAGED
         journal = self.journal
         info = self.queue_info
-        rid = None
         durable = msg.durable
+        if durable and journal is not None and any(info[q.name].durable for q in targets):
+            refusal = self.durable_refusal()
+            if refusal is not None:
+                self.messages_refused_disk += 1
+                self._refuse(bl, d, f"durable message refused: {refusal}")
+                return
+        if page_all or (self.pager is not None and any(self.must_page(q) for q in targets)):
+            refusal = self.paging_refusal()
+            if refusal is not None:
+                self.messages_refused_disk += 1
+                self._refuse(bl, d, f"Address is full: {address} and cannot page: {refusal}")
+                return
+        rid = None
         expires = msg.expires_at
         for i, q in enumerate(targets):
             m = msg if i == 0 else QueuedMessage(payload, priority=msg.priority, expires_at=expires,
@@ -357,14 +245,16 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
                 try:
                     rid = m.record_id = journal.append_message(q.name, payload, delivery_count=m.delivery_count)
                 except ValueError as exc:  # beyond the journal's record limits: refuse, keep the link
-                    raw.set_rejected(d, "amqp:resource-limit-exceeded", str(exc)[:200])
-                    self._answer(bl, d, accepted=False)
+                    self._refuse(bl, d, str(exc))
                     return
                 m.durable = True
             else:
                 m.durable = False
-            q.enqueue(m)
-            self._dirty.add(q)
+            if page_all or self.must_page(q):
+                self._page(q, m, address)
+            else:
+                q.enqueue(m)
+                self._dirty.add(q)
         rec = self.recorder
         if rec is not None:
             self._record_store(rec, bl, targets, payload)
@@ -426,6 +316,8 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
         self._dirty.add(q)
 
     def on_batch_end(self) -> None:
+        if self.pager is not None and self.pager.spools:
+            self._depage()
         if self.limits.blocked:
             for bl, owed in self.limits.unblocked():
                 if not bl.closed:
@@ -526,6 +418,8 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
         if q is None:
             engine.refuse_link(link, "amqp:not-found", f"queue {address} does not exist")
             return
+        if not lo.is_sender:
+            self._advertise_largest(lo, self.queue_info[q.name].address)
         engine.open_link_like_remote(link)
         bl = self.attach_local(engine, link, q, incoming=not lo.is_sender, name=lo.name,
                                presettled=lo.is_sender and lo.remote_snd_settle_mode == proton.Link.SND_SETTLED)
@@ -535,6 +429,7 @@ class Broker(AddressModel, ManagementFacade, ConnectionHandler):
         """A producer fans out to every multicast queue of the address; a consumer gets a subscription."""
         self.addresses.setdefault(address, set()).add(MULTICAST)
         if not lo.is_sender:
+            self._advertise_largest(lo, address)
             engine.open_link_like_remote(link)
             bl = BrokerLink(link, engine, None, True, lo.name)
             bl.mode, bl.address = BrokerLink.FANOUT, address

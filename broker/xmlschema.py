@@ -93,6 +93,7 @@ ADDRESS_SETTING_FIELDS = {
     "default-address-routing-type": ("default_address_routing_type", "routing", "multicast"),
     "max-size-bytes": ("max_size_bytes", "size", -1),      # -1 = no limit
     "address-full-policy": ("address_full_policy", "policy", "PAGE"),
+    "page-size-bytes": ("page_size_bytes", "size", 10 * 1024 * 1024),  # paging.adoc: 10MB per page file
 }
 
 #: Artemis address-setting elements tdbroker accepts but does not act on (warning).
@@ -100,7 +101,7 @@ ADDRESS_SETTING_IGNORED = frozenset("""
     auto-create-dead-letter-resources dead-letter-queue-prefix dead-letter-queue-suffix
     auto-create-expiry-resources expiry-queue-prefix expiry-queue-suffix min-expiry-delay
     max-expiry-delay redelivery-delay-multiplier redelivery-collision-avoidance-factor
-    max-redelivery-delay max-size-messages max-size-bytes-reject-threshold page-size-bytes
+    max-redelivery-delay max-size-messages max-size-bytes-reject-threshold
     page-limit-bytes page-limit-messages page-full-policy max-read-page-messages
     max-read-page-bytes message-counter-history-day-limit last-value-queue
     default-last-value-queue default-last-value-key default-non-destructive
@@ -124,7 +125,16 @@ CORE_HANDLED = (
     "name", "persistence-enabled", "journal-directory", "journal-file-size",
     "journal-sync-transactional", "journal-sync-non-transactional", "acceptors",
     "addresses", "address-settings", "broker-connections", "flow-records", "global-max-size",
+    "paging-directory", "max-disk-usage", "disk-scan-period",
 )
+
+#: configuration-index: max-disk-usage is a percentage of the journal's file system, default 90; -1 turns
+#: the check off. disk-scan-period (ms) is how often the usage is read, default 5000.
+DEFAULT_MAX_DISK_USAGE = 90
+DEFAULT_DISK_SCAN_PERIOD_MS = 5000
+#: Where page files go when <paging-directory> is absent: "paging" beside the journal directory (the
+#: default journal-directory data/journal thus pages to data/paging, Artemis' default paging-directory).
+DEFAULT_PAGING_DIRECTORY_NAME = "paging"
 
 #: <flow-records directory="..." sample="1.0" rotate-mb="64"/> (a tdbroker extension, not Artemis).
 FLOW_RECORDS_ATTRS = ("directory", "sample", "rotate-mb")
@@ -145,10 +155,10 @@ CORE_IGNORED = frozenset("""
     graceful-shutdown-timeout journal-type journal-datasync journal-min-files
     journal-pool-files journal-buffer-timeout journal-buffer-size journal-max-io
     journal-compact-min-files journal-compact-percentage journal-file-open-timeout
-    bindings-directory paging-directory large-messages-directory create-bindings-dir
+    bindings-directory large-messages-directory create-bindings-dir
     create-journal-dir node-manager-lock-directory page-sync-timeout
     page-max-concurrent-io read-whole-page global-max-messages
-    max-disk-usage disk-scan-period critical-analyzer critical-analyzer-timeout
+    critical-analyzer critical-analyzer-timeout
     critical-analyzer-check-period critical-analyzer-policy message-expiry-scan-period
     message-expiry-thread-priority address-queue-scan-period connection-ttl-override
     connection-ttl-check-interval configuration-file-refresh-period id-cache-size

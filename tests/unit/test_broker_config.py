@@ -92,6 +92,7 @@ FULL = core("""
           <max-size-bytes>100MB</max-size-bytes>
           <address-full-policy>BLOCK</address-full-policy>
           <page-size-bytes>10MB</page-size-bytes>
+          <max-read-page-bytes>20MB</max-read-page-bytes>
        </address-setting>
     </address-settings>
     <broker-connections>
@@ -147,7 +148,7 @@ def test_full_file_every_element():
         max_delivery_attempts=5, redelivery_delay=250, auto_create_queues=False,
         auto_create_addresses=False, auto_delete_queues=False, default_queue_routing_type="anycast",
         default_address_routing_type="anycast", max_size_bytes=100 * 1024 * 1024,
-        address_full_policy="BLOCK", line=line_of(FULL, 'match="#"'))
+        address_full_policy="BLOCK", page_size_bytes=10 * 1024 * 1024, line=line_of(FULL, 'match="#"'))
 
     (conn,) = cfg.broker_connections
     assert (conn.name, conn.host, conn.port, conn.user, conn.password) == ("mesh", "router1", 5672, "u", "p")
@@ -168,7 +169,7 @@ def test_full_file_every_element():
     # Ignored-but-accepted elements and attributes are warnings with FILE:LINE.
     joined = "\n".join(cfg.warnings)
     assert f"{PATH}:{line_of(FULL, '<security-enabled>')}: warning: <security-enabled>" in joined
-    assert f"{PATH}:{line_of(FULL, 'page-size-bytes')}: warning: <page-size-bytes>" in joined
+    assert f"{PATH}:{line_of(FULL, 'max-read-page-bytes')}: warning: <max-read-page-bytes>" in joined
     assert "purge-on-no-consumers is ignored" in joined
     assert "ignoring CORE" in joined
     assert "federation" in joined and "later" in joined
@@ -200,7 +201,8 @@ def test_defaults():
         match=None, dead_letter_address=None, expiry_address=None, expiry_delay=-1,
         max_delivery_attempts=10, redelivery_delay=0, auto_create_queues=True,
         auto_create_addresses=True, auto_delete_queues=True, default_queue_routing_type="multicast",
-        default_address_routing_type="multicast", max_size_bytes=-1, address_full_policy="PAGE", line=0)
+        default_address_routing_type="multicast", max_size_bytes=-1, address_full_policy="PAGE",
+        page_size_bytes=10 * 1024 * 1024, line=0)
 
 
 def test_conf_broker_xml_parses():

@@ -1,13 +1,15 @@
 """Address limits in tdbroker (issue 10: 400 MB were accepted against a 10 MB FAIL limit, silently):
-max-size-bytes with FAIL / DROP / BLOCK, global-max-size, PAGE refused at start-up, and a multi-frame
-message refused while it still arrives. In memory, a real Broker behind proton peers."""
+max-size-bytes with FAIL / DROP / BLOCK, global-max-size, PAGE accepted (tests/unit/test_broker_paging.py
+pages), and a multi-frame message refused while it still arrives. In memory, a real Broker behind proton peers."""
 
 from __future__ import annotations
+
+import tempfile
 
 import pytest
 from proton import Message
 
-from broker.config import BrokerConfigError, parse_broker_config
+from broker.config import parse_broker_config
 from broker.server import Broker
 from tests.unit.enginepair import RouterHarness, outcome, settle
 
@@ -16,6 +18,7 @@ XML = """\
 <configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
   <name>limits</name>
   <persistence-enabled>false</persistence-enabled>
+  <paging-directory>{paging}</paging-directory>
   {core}
   <addresses>
     <address name="orders"><anycast><queue name="orders"/></anycast></address>
@@ -34,7 +37,10 @@ XML = """\
 
 
 def make(policy="FAIL", limit="10K", core="", catch_all="FAIL") -> tuple[Broker, RouterHarness]:
-    broker = Broker(parse_broker_config(XML.format(policy=policy, limit=limit, core=core, catch_all=catch_all)))
+    # PAGE needs a paging directory: a fresh one, never the repository's data/paging.
+    paging = tempfile.mkdtemp(prefix="tdbroker-paging-")
+    broker = Broker(parse_broker_config(XML.format(policy=policy, limit=limit, core=core, catch_all=catch_all,
+                                                   paging=paging)))
     broker.open_journal()
     return broker, RouterHarness(router=broker)
 
@@ -150,19 +156,20 @@ def test_a_multi_frame_message_is_refused_while_it_arrives():
     assert not broker._partial  # noqa: SLF001 - nothing of it is kept
 
 
-@pytest.mark.parametrize("setting,core,why", [
-    ("<max-size-bytes>10M</max-size-bytes>", "", "max-size-bytes 10485760 with address-full-policy PAGE"),
-    ("<max-size-bytes>10M</max-size-bytes><address-full-policy>PAGE</address-full-policy>", "",
-     "paging is not implemented"),
-    ("", "<global-max-size>1G</global-max-size>", "global-max-size needs an address-full-policy"),
+@pytest.mark.parametrize("setting,core,pages", [
+    ("<max-size-bytes>10M</max-size-bytes>", "", True),  # PAGE is the default policy
+    ("<max-size-bytes>10M</max-size-bytes><address-full-policy>PAGE</address-full-policy>", "", True),
+    ("", "<global-max-size>1G</global-max-size>", True),
+    ("<max-size-bytes>10M</max-size-bytes><address-full-policy>FAIL</address-full-policy>", "", False),
 ])
-def test_page_with_a_limit_is_refused_at_start_up(setting, core, why):
+def test_page_with_a_limit_is_accepted_and_needs_the_pager(setting, core, pages):
+    """Paging is implemented (broker/paging.py): a PAGE limit is no longer refused at start-up."""
     text = ("<configuration xmlns=\"urn:activemq\"><core xmlns=\"urn:activemq:core\">\n" + core + "\n"
+            "<persistence-enabled>false</persistence-enabled>"
             "<address-settings>\n<address-setting match=\"q\">" + setting + "</address-setting>\n"
             "</address-settings></core></configuration>")
-    with pytest.raises(BrokerConfigError, match=why) as info:
-        parse_broker_config(text, "b.xml")
-    assert str(info.value).startswith("b.xml:")
+    cfg = parse_broker_config(text, "b.xml")
+    assert Broker(cfg).limits.may_page is pages
 
 
 def test_unlimited_page_as_in_artemis_stock_configuration_is_accepted():
@@ -172,3 +179,46 @@ def test_unlimited_page_as_in_artemis_stock_configuration_is_accepted():
             "</address-settings></core></configuration>")
     cfg = parse_broker_config(text)
     assert not Broker(cfg).limits.active
+
+
+@pytest.mark.parametrize("policy,limit,core", [
+    ("BLOCK", "10K", ""), ("DROP", "10K", ""), ("PAGE", "10K", ""),
+    ("FAIL", "-1", "<global-max-size>20K</global-max-size>"),
+])
+def test_a_message_larger_than_its_address_can_hold_is_refused_at_its_first_frames(policy, limit, core):
+    """Issue 10: a 300 MB message must not be buffered whole before it is refused. Whatever the policy, a
+    message above max-size-bytes (or global-max-size) can never be held: the link says so at attach
+    (max-message-size) and the message is refused once its bytes so far pass it."""
+    broker, h = make(policy, limit, core=core)
+    prod = h.connect()
+    snd = prod.sender("orders")
+    h.pump()
+    largest = 10 * 1024 if limit == "10K" else 20 * 1024
+    assert snd.remote_max_message_size == largest
+    seen = []
+    real = broker._check_partial  # noqa: SLF001 - observe how much was held when it was refused
+
+    def spy(engine, bl, d, p):
+        seen.append(p.size)
+        real(engine, bl, d, p)
+
+    broker._check_partial = spy  # noqa: SLF001
+    big = prod.send(snd, Message(body=b"y" * 3_000_000))
+    h.pump()
+    assert outcome(big)["state"] == "rejected"
+    assert outcome(big)["condition"][0] == "amqp:link:message-size-exceeded"
+    assert snd.remote_condition.name == "amqp:link:message-size-exceeded"
+    assert seen and max(seen) < largest + 70_000  # refused within a read of the bound, not at 3 MB
+    assert broker.queues["orders"].message_count == 0 and not broker._partial  # noqa: SLF001
+
+
+def test_a_complete_message_larger_than_the_address_is_rejected_and_the_link_stays():
+    broker, h = make("BLOCK", "10K")
+    prod = h.connect()
+    snd = prod.sender("orders")
+    h.pump()
+    d = prod.send(snd, Message(body=b"z" * 11_000))  # one read: complete before any check
+    ok = prod.send(snd, Message(body=b"small"))
+    h.pump()
+    assert outcome(d)["state"] == "rejected" and outcome(d)["condition"][0] == "amqp:resource-limit-exceeded"
+    assert outcome(ok)["state"] == "accepted"

@@ -1,0 +1,299 @@
+"""Where a broker's messages live besides its queues' memory: the journal (recovery, durable settlement),
+page files (:mod:`broker.paging`) and the disk limits (:mod:`broker.disk`). A mixin of
+:class:`broker.server.Broker`, which calls it from the data path.
+
+**Recovery.** The journal is indexed without its payloads (:meth:`broker.journal.Journal.recover_index`);
+a queue whose address pages gets, in journal order, what fits within the limits in memory and the rest
+as page references (bodies left in the journal), exactly as if the messages had just arrived.
+
+**Disk full.** Two things make the broker refuse durable messages with ``amqp:resource-limit-exceeded``:
+``max-disk-usage`` (the journal's or paging directory's file system over the percentage, read every
+``disk-scan-period`` ms) and a journal write that actually failed for lack of space (ENOSPC, EDQUOT). One
+log line marks each change, none per message. What is stored stays consumable. The write that failed is
+undone and its records -- durable messages whose producers have not been told ``accepted`` yet,
+acknowledgements, delivery counts -- stay pending in memory (bounded: no new durable message is taken
+meanwhile) and are written by the committer's retry once space returns; the producers are answered then.
+Messages that would page are refused the same way while page files cannot be written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+import trio
+
+from broker.disk import DiskMonitor, filesystem_usage
+from broker.journal import Journal
+from broker.journal_io import GroupCommitter
+from broker.paging import FROM_HEADER, KIND_BODY, KIND_JOURNAL, NO_EXPIRY, PagedMessage, Pager
+from broker.queue import Queue, QueuedMessage
+from wire import raw
+
+log = logging.getLogger("broker.storage")
+
+# Messages read into memory per journal read at recovery (one file descriptor per segment per group).
+RECOVERY_READ_GROUP = 1024
+
+
+class Storage:
+    """Mixin: the journal, the pager and the disk state of a Broker (see the module docstring)."""
+
+    def _init_storage(self, disk_usage, journal_write) -> None:
+        cfg = self.cfg
+        self._journal_write = journal_write
+        self.journal: Journal | None = None
+        self.committer: GroupCommitter | None = None
+        self.pager: Pager | None = None
+        paths = [cfg.journal_directory] if cfg.persistence_enabled else []
+        if self.limits.may_page:
+            paths.append(cfg.paging_path)
+        self.disk = DiskMonitor(paths, cfg.max_disk_usage, usage=disk_usage or filesystem_usage)
+        self.messages_refused_disk = 0  # durable (or paging) messages rejected while the disk was full
+        self._pending_durable: deque = deque()  # (BrokerLink, delivery, record_id)
+        self._durable_wakeup = trio.Event()
+
+    # -- start and stop -----------------------------------------------------------------------------------
+    def open_journal(self) -> int:
+        """Open the pager (when some address may page) and the journal, and re-enqueue (or page) what the
+        journal holds, in order. Returns how many messages were recovered."""
+        cfg = self.cfg
+        if self.limits.may_page:
+            self.pager = Pager(cfg.paging_path, on_ready=self._paged_ready, on_space=self._pager_space)
+            self.pager.open()
+        if self.disk.paths:
+            self.disk.check()
+            if self.disk.over:
+                log.error("%s: durable messages are refused until it drops", self.disk.describe())
+        if not cfg.persistence_enabled:
+            return 0
+        options = {"write": self._journal_write} if self._journal_write is not None else {}
+        self.journal = Journal(cfg.journal_directory, fsync=cfg.journal_sync_non_transactional, **options)
+        if self.pager is not None:
+            self.pager.journal = self.journal
+        index = self.journal.recover_index()
+        self.load_bindings()
+        paged = self._recover(index)
+        self.committer = GroupCommitter(self.journal, on_space=self._journal_space)
+        log.info("journal %s: recovered %d messages%s", cfg.journal_directory, len(index),
+                 f" ({paged} of them left on disk: their addresses page)" if paged else "")
+        return len(index)
+
+    def _recover(self, index) -> int:
+        """Enqueue what fits, page the rest (sizes decide, so the decision needs no payload); returns how
+        many were paged."""
+        now = self.clock()
+        address_bytes: dict[str, int] = {}
+        total = self.meter.total
+        limits = self.limits
+        keep, paged = [], 0
+        for r in index:
+            q = self.queues.get(r.queue) or self._create_queue(r.queue, r.queue, notify=False)
+            address = self.queue_info[q.name].address
+            page = self.pager is not None and (self.pager.paging(q.name) or (limits.pages(address) and (
+                (0 <= limits.global_max < total + r.payload_size) or
+                (0 <= limits.limit_of(address)[0] < address_bytes.get(address, 0) + r.payload_size))))
+            if page:
+                self.pager.page(q.name, PagedMessage(KIND_JOURNAL, r.record_id, now, FROM_HEADER,
+                                                     r.delivery_count, r.payload_size),
+                                page_size=self._page_size(address))
+                paged += 1
+                continue
+            address_bytes[address] = address_bytes.get(address, 0) + r.payload_size
+            total += r.payload_size
+            keep.append((q, r))
+        for i in range(0, len(keep), RECOVERY_READ_GROUP):
+            group = keep[i:i + RECOVERY_READ_GROUP]
+            payloads = self.journal.read_payloads([r.record_id for _q, r in group])
+            for q, r in group:
+                msg = QueuedMessage.from_bytes(payloads[r.record_id], now, record_id=r.record_id)
+                msg.delivery_count = r.delivery_count
+                msg.durable = True
+                if r.queue in self._expiry_targets:
+                    msg.expires_at = None
+                q.enqueue(msg)
+        if paged:
+            self.pager.flush_all()
+        return paged
+
+    def close_journal(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+        if self.pager is not None:
+            self.pager.close()
+
+    # -- durable settlement ---------------------------------------------------------------------------
+    async def durability_loop(self) -> None:
+        """Settle durable deliveries once the group committer has their records on disk."""
+        while True:
+            await self._durable_wakeup.wait()
+            self._durable_wakeup = trio.Event()
+            while self._pending_durable:
+                await self.committer.wait_durable(self._pending_durable[-1][2])
+                self._settle_durable()
+
+    def _settle_durable(self) -> None:
+        durable = self.journal.durable_id
+        pending = self._pending_durable
+        wake = set()
+        accepted = raw.ACCEPTED
+        while pending and pending[0][2] <= durable:
+            bl, d, _rid = pending.popleft()
+            if bl.closed:
+                continue
+            raw.delivery_update(d, accepted)
+            raw.delivery_settle(d)
+            self._give_credit(bl)
+            wake.add(bl.engine)
+        for engine in wake:
+            engine.wake()
+
+    # -- disk limits ----------------------------------------------------------------------------------
+    def durable_refusal(self) -> str | None:
+        """Why a new durable message cannot be taken now, or None."""
+        if self.committer is not None and self.committer.out_of_space:
+            return "the journal's disk is full"
+        if self.disk.over:
+            return self.disk.describe()
+        return None
+
+    def paging_refusal(self) -> str | None:
+        """Why a message cannot be paged now, or None."""
+        if self.pager is not None and self.pager.out_of_space:
+            return "page files cannot be written (disk full)"
+        if self.disk.over:
+            return self.disk.describe()
+        return None
+
+    def disk_headroom(self) -> int:
+        """Bytes that can still be written before max-disk-usage (-1: unknown or no limit)."""
+        return self.disk.headroom if self.disk.enabled else -1
+
+    async def disk_loop(self) -> None:
+        """Read the file systems' usage every disk-scan-period ms (Artemis' disk monitor)."""
+        if not self.disk.enabled or not self.disk.paths:
+            return
+        period = self.cfg.disk_scan_period_ms / 1000.0
+        while True:
+            await trio.sleep(period)
+            self.check_disk()
+
+    def check_disk(self) -> bool:
+        """One reading of the disk usage; logs (once) and acts when the state changed."""
+        if not self.disk.check():
+            return False
+        if self.disk.over:
+            log.error("%s: durable messages (and messages that would page) are refused until it drops",
+                      self.disk.describe())
+        else:
+            log.warning("disk usage %.0f%% is below max-disk-usage %d%% again: durable messages are accepted",
+                        self.disk.percent, self.disk.max_usage)
+            if self.committer is not None:
+                self.committer.retry_now()
+        return True
+
+    def _journal_space(self, ok: bool) -> None:
+        committer = self.committer
+        if not ok:
+            exc = committer.out_of_space_error
+            log.error("journal %s: write failed, out of space (%s): new durable messages are refused, "
+                      "%d records kept in memory and retried every %gs", self.cfg.journal_directory,
+                      exc.strerror if exc is not None else "?", len(self._pending_durable),
+                      committer.retry_seconds)
+        else:
+            log.warning("journal %s: space is available again: pending records written, durable messages "
+                        "accepted", self.cfg.journal_directory)
+
+    def _pager_space(self, ok: bool) -> None:
+        if ok:
+            self.on_batch_end()
+
+    # -- paging ---------------------------------------------------------------------------------------
+    def _page_size(self, address: str) -> int:
+        return self.cfg.settings_for(address).page_size_bytes
+
+    def must_page(self, q: Queue) -> bool:
+        """True while ``q`` has paged messages: a new message joins them (FIFO)."""
+        return self.pager is not None and self.pager.paging(q.name)
+
+    def _page(self, q: Queue, msg: QueuedMessage, address: str) -> None:
+        """Write ``msg`` (not enqueued) to ``q``'s page files instead of memory."""
+        entry = PagedMessage(KIND_BODY if msg.record_id is None else KIND_JOURNAL, msg.record_id or 0,
+                             msg.enqueued_at, NO_EXPIRY if msg.expires_at is None else msg.expires_at,
+                             msg.delivery_count, len(msg.payload), msg.payload)
+        self.pager.page(q.name, entry, page_size=self._page_size(address))
+        self.limits.counted_page(address)
+
+    def _paged_ready(self, queue: str) -> None:
+        self.on_batch_end()
+
+    def _depage(self) -> None:
+        """Move paged messages back into their queues, in order, while their addresses have room (a queue
+        holding nothing in memory always takes one: no queue waits forever behind another's backlog).
+        When the next one is still on disk, ask the pager to read it."""
+        pager = self.pager
+        limits = self.limits
+        peers_of: dict[str, list] = {}  # address -> its queues, found once per pass
+        for name in pager.paging_queues():
+            q = self.queues.get(name)
+            if q is None:
+                continue
+            address = self.queue_info[name].address
+            while pager.paging(name):
+                entry = pager.peek(name)
+                if q.size_bytes > 0:
+                    peers = peers_of.get(address)
+                    if peers is None:
+                        peers = peers_of[address] = [self.queues[n] for n, i in self.queue_info.items()
+                                                     if i.address == address]
+                    # The next message's size when it is in memory, else the typical paged size.
+                    size = entry.size if entry is not None else pager.typical_size(name)
+                    if not limits.fits(address, peers, size):
+                        break
+                if entry is None:
+                    pager.want(name)
+                    break
+                pager.pop(name)
+                msg = self._paged_message(name, entry)
+                if msg is not None:
+                    q.enqueue(msg)
+                    self._dirty.add(q)
+
+    def _paged_message(self, queue: str, entry: PagedMessage) -> QueuedMessage | None:
+        payload = entry.payload
+        journal = self.journal
+        if payload is None and entry.kind == KIND_JOURNAL and journal is not None:
+            # A reference whose body is not in memory (recovered, and page files could not be written):
+            # read it here. Rare; a record already gone (acknowledged) yields nothing.
+            payload = journal.read_payloads([entry.record_id]).get(entry.record_id)
+        if payload is None:
+            return None
+        try:
+            msg = QueuedMessage.from_bytes(payload, entry.enqueued_at,
+                                           record_id=entry.record_id if entry.kind == KIND_JOURNAL else None)
+        except Exception as exc:  # validated on arrival: only a damaged disk gets here
+            log.error("queue %s: a paged message cannot be read back (%s); dropped", queue, exc)
+            if entry.kind == KIND_JOURNAL and journal is not None:
+                journal.append_ack(entry.record_id)
+            return None
+        msg.durable = entry.kind == KIND_JOURNAL
+        msg.delivery_count = entry.delivery_count
+        if entry.expires_at == NO_EXPIRY or (entry.expires_at == FROM_HEADER and queue in self._expiry_targets):
+            msg.expires_at = None
+        elif entry.expires_at != FROM_HEADER:
+            msg.expires_at = entry.expires_at
+        return msg
+
+    def forget_paged(self, queue: str, keep=()) -> int:
+        """Drop ``queue``'s paged messages (it is being deleted or purged), acknowledging the durable ones
+        (every live journal record of the queue except those in ``keep``, the ones still in memory);
+        returns how many were paged."""
+        if self.pager is None:
+            return 0
+        n = self.pager.drop(queue)
+        if n and self.journal is not None:
+            keep = set(keep)
+            for rid in self.journal.live_ids(queue):
+                if rid not in keep:
+                    self.journal.append_ack(rid)
+        return n
