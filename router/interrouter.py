@@ -195,10 +195,9 @@ class InterRouterLinks:
         if m is None:
             return
         rc.mesh = None
-        cond = rc.engine.connection.remote_condition
-        if (cond is not None and self.engine is not None
-                and printable(cond.description or "").startswith(DUPLICATE_ID_REASON)):
-            self.engine.peer_refused(_name(rc), printable(cond.description), self.router.now())
+        _, description = raw.connection_remote_condition(rc.engine.connection._impl)
+        if self.engine is not None and printable(description or "").startswith(DUPLICATE_ID_REASON):
+            self.engine.peer_refused(_name(rc), printable(description), self.router.now())
         if m.up and self.engine is not None:
             log.info("inter-router connection %d to %s lost", rc.engine.id, m.peer_id)
             self.engine.link_lost(rc, self.router.now())
