@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from proton import Message
@@ -152,6 +153,25 @@ def test_broker_stores_and_forwards_in_order(brokered, durable):
     assert got == list(range(COUNT))
 
 
+def wait_queue_empty(broker: BrokerProcess, queue: str = "queue", timeout: float = TIMEOUT) -> None:
+    """Until the broker's queue holds nothing: a consumer's accept reaches the broker through the router
+    after the consumer has settled, so a test that stops the broker at once may stop it first."""
+    from tools.mgmtclient import ManagementClient
+
+    deadline = time.monotonic() + timeout
+    with ManagementClient(f"127.0.0.1:{broker.ports['amqp']}", timeout=timeout) as mc:
+        while True:
+            rows = [r for r in mc.query("org.apache.activemq.artemis.queue", ["name", "messageCount"])
+                    if r["name"] == queue]
+            assert rows, f"the broker has no queue {queue}"
+            count = sum(r["messageCount"] for r in rows)
+            if count == 0:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"queue {queue} still holds {count} messages")
+            time.sleep(0.05)
+
+
 def test_durable_messages_survive_broker_restart(brokered):
     router, start_broker = brokered
     first = start_broker()
@@ -160,7 +180,9 @@ def test_durable_messages_survive_broker_restart(brokered):
     second = start_broker()
     got = _consume(router, COUNT)
     assert got == list(range(COUNT))
-    # The consumer's accepts were journaled: nothing is left to recover.
+    # The consumer's accepts are journaled (once they have come back through the router): nothing is
+    # left to recover.
+    wait_queue_empty(second)
     assert second.stop() == 0
     journal = Journal(second.journal_dir)
     try:
