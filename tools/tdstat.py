@@ -316,8 +316,8 @@ def render_linkroutes(rows: list[dict], verbose: bool = False) -> list[Table] | 
     return [Table("Link Routes", headers, out)]
 
 
-QUEUE_ATTRS = ["name", "address", "routingType", "durable", "messageCount", "consumerCount", "deliveredCount",
-               "acknowledgedCount", "deadLetteredCount", "temporary"]
+QUEUE_ATTRS = ["name", "address", "routingType", "durable", "messageCount", "pagedMessageCount", "consumerCount",
+               "deliveredCount", "acknowledgedCount", "deadLetteredCount", "temporary"]
 BROKER_CONNECTION_ATTRS = ["name", "uri", "status", "links"]
 
 
@@ -325,12 +325,13 @@ def render_broker(queues: list[dict], connections: list[dict], verbose: bool = F
     """Queues (dynamic reply queues, tdstat's own included, only with -v) and broker connections."""
     queues = [q for q in queues if verbose or not q.get("temporary")]
     q_rows = [[q.get("name"), q.get("address"), q.get("routingType"), "yes" if q.get("durable") else "no",
-               q.get("messageCount"), q.get("consumerCount"), q.get("deliveredCount"), q.get("acknowledgedCount"),
-               q.get("deadLetteredCount")] for q in sorted(queues, key=lambda q: str(q.get("name")))]
+               q.get("messageCount"), q.get("pagedMessageCount") or 0, q.get("consumerCount"),
+               q.get("deliveredCount"), q.get("acknowledgedCount"), q.get("deadLetteredCount")]
+              for q in sorted(queues, key=lambda q: str(q.get("name")))]
     c_rows = [[c.get("name"), c.get("uri"), c.get("status"), c.get("links")]
               for c in sorted(connections, key=lambda c: str(c.get("name")))]
-    return [Table("Queues", ["name", "address", "routing", "durable", "messages", "consumers", "delivered",
-                             "acked", "dead-lettered"], q_rows),
+    return [Table("Queues", ["name", "address", "routing", "durable", "messages", "paged", "consumers",
+                             "delivered", "acked", "dead-lettered"], q_rows),
             Table("\nBroker Connections", ["name", "uri", "status", "links"], c_rows)]
 
 

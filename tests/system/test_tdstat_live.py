@@ -322,9 +322,9 @@ def test_broker_view_and_management(tmp_path):
         assert out[1] == "broker 127.0.0.1:PPPPP"
         assert out[3:] == [
             "Queues",
-            "  name    address  routing  durable  messages  consumers  delivered  acked  dead-lettered",
-            "  " + "=" * 89,
-            "  orders  orders   anycast  yes      3         0          0          0      0",
+            "  name    address  routing  durable  messages  paged  consumers  delivered  acked  dead-lettered",
+            "  " + "=" * 96,
+            "  orders  orders   anycast  yes      3         0      0          0          0      0",
             "",
             "Broker Connections",
             "  name       uri                status   links",

@@ -423,9 +423,9 @@ def test_broker_view():
         [{"name": "to-router", "uri": "tcp://127.0.0.1:5672", "status": "STARTED", "links": 2}]))
     assert out == [
         "Queues",
-        "  name    address  routing  durable  messages  consumers  delivered  acked  dead-lettered",
-        "  " + "=" * 89,
-        "  orders  orders   anycast  yes      3         0          5          2      1",
+        "  name    address  routing  durable  messages  paged  consumers  delivered  acked  dead-lettered",
+        "  " + "=" * 96,
+        "  orders  orders   anycast  yes      3         0      0          5          2      1",
         "",
         "Broker Connections",
         "  name       uri                   status   links",
