@@ -4,9 +4,11 @@ Credit alone does not bound the router: every incoming link gets ``linkCapacity`
 chooses how many links it opens, how large its messages are, whether its consumers grant credit, settle,
 or even read their socket. So the bytes the router holds are counted and limited:
 
-* **Held bytes** — a complete message's bytes from its arrival until its last copy has been handed to
-  the engine of every destination — are charged to the connection the message came from
-  (``RouterConnection.held``) and to the router-wide total. A connection over its own limit
+* **Held bytes** — the bytes of a complete message that could not leave in the batch of input it
+  arrived in, until its last copy has been handed to the engine of every destination — are charged to
+  the connection the message came from (``RouterConnection.held``) and to the router-wide total. (A
+  message that goes straight through is never charged: that keeps the common path free of accounting;
+  the bytes of one batch, at most one socket read, are what that leaves uncounted.) A connection over its own limit
   (``maxConnectionBufferedBytes``), or any connection holding bytes while the router-wide total is over
   ``maxBufferedBytes``, has its socket left unread (TCP back-pressure, as Dispatch's Q2 hold-off does for
   one delivery: ``router_core/delivery.c``, ``qd_message_Q2_holdoff_*``) until it is back under half its

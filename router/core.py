@@ -184,7 +184,7 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
             if not msg and raw.delivery_aborted(d):
                 self._drop_aborted(lp, d)
                 return
-            if self.assembly:
+            if self.assembly.partials:
                 held = self.assembly.size_of(d)
                 if held:
                     self.budget.total -= held  # message_in charges the whole message
@@ -236,9 +236,9 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
 
     def _trim_heap(self, now: float) -> None:
         """Hand freed memory back to the OS after a burst (wire/memory.py). What the router knows it
-        uses: the buffered bytes, and the bytes of unsettled deliveries in the engines."""
-        in_engines = sum(rc.out_unsettled for rc in self.connections)
-        self.trimmer.tick(now, self.budget.total + in_engines)
+        uses: the buffered bytes (the engines' delivery buffers it does not count; the trimmer backs off
+        when a trim gives little back)."""
+        self.trimmer.tick(now, self.budget.total)
 
     def on_output_drained(self, engine) -> None:
         self.output_room(engine.app)

@@ -12,13 +12,16 @@ Settlement: nothing is settled upstream before the downstream peer settled (end 
 delivery mirrors the consumer's outcome with its details; an unsettled multicast delivery settles after
 every copy reached a terminal outcome, with the merged outcome.
 
-Memory (router/budget.py): a message's bytes are charged to its producer's connection from arrival until
-its last copy is handed to the engine (then the router drops them: nothing after that needs them), and
-each unsettled outgoing copy to its consumer's connection until it settles; past the limits, producers
-are paused and output to a connection stops, with a compare per message on this path.
+Memory (router/budget.py): a message that cannot leave in the batch of input it arrived in is charged to
+its producer's connection until its last copy is handed to the engine (then the router drops its bytes:
+nothing after that needs them), and each unsettled outgoing copy to its consumer's connection until it
+settles; past the limits, producers are paused and output to a connection stops. A message that goes
+straight through costs one counter per queue and a few additions per send.
 """
 
 from __future__ import annotations
+
+import itertools
 
 from wire import raw
 from wire.annotations import strip_router_annotations
@@ -47,6 +50,11 @@ _send_message = raw.send_message
 _send_ring_tagged = raw.send_ring_tagged
 
 
+def unsettled_bytes(rc) -> int:
+    """The bytes of the deliveries sent to ``rc`` that it has not settled (the engine keeps their buffers)."""
+    return sum(ind.size for rl in rc.links.values() if not rl.incoming for ind in rl.unsettled.values())
+
+
 class Forwarder:
     """Message forwarding for one router. ``Router`` (router/core.py) adds the cold paths."""
 
@@ -60,6 +68,7 @@ class Forwarder:
         # reached the producer before either side settled
         self._mirrored: dict = {}
         self._dirty: list = []  # outgoing links with deliveries queued in this batch
+        self._output_rechecks: list = []  # connections with blocked output that settled in this batch
         self.dropped_presettled = 0
         self.deliveries_no_route = 0
         self.rejected_unavailable = 0
@@ -76,13 +85,6 @@ class Forwarder:
             ind = InDelivery(d, rl, msg)
         rl.delivery_count += 1
         rl.outstanding += 1
-        rc = rl.conn
-        n = ind.held = ind.size
-        held = rc.held = rc.held + n
-        budget = self.budget
-        total = budget.total = budget.total + n
-        if held > budget.conn_high or total > budget.total_high:
-            budget.over(rc)
         if self.flow is not None:
             self.flow_ingress(ind, rl, msg)
         if rl.keep_in:  # from a neighbour router, or a connection whose annotations are trusted
@@ -142,6 +144,7 @@ class Forwarder:
         ind.copies += 1
         ind.buffered += 1
         ol.undelivered.append(ind)
+        ol.fresh += 1
         if not ol.dirty:
             ol.dirty = True
             self._dirty.append(ol)
@@ -155,6 +158,7 @@ class Forwarder:
         dirty = self._dirty
         for ol in links:
             ol.undelivered.append(ind)
+            ol.fresh += 1
             if not ol.dirty:
                 ol.dirty = True
                 dirty.append(ol)
@@ -180,6 +184,10 @@ class Forwarder:
 
     def on_batch_end(self) -> None:
         """Send what this batch of events queued: one credit check and one wake-up per link and batch."""
+        if self._output_rechecks:
+            rechecks, self._output_rechecks = self._output_rechecks, []
+            for rc in rechecks:
+                self.output_room(rc)
         dirty = self._dirty
         if dirty:
             self._dirty = []
@@ -187,6 +195,32 @@ class Forwarder:
                 ol.dirty = False
                 if not ol.closed:
                     self.pump(ol)
+                fresh = ol.fresh
+                if fresh:
+                    ol.fresh = 0
+                    if ol.undelivered:
+                        self._charge_waiting(ol, fresh)
+
+    def _charge_waiting(self, ol: RouterLink, fresh: int) -> None:
+        """Messages queued on ``ol`` in this batch could not be sent at once: from now on they count
+        against their producers' connections (router/budget.py). A message sent within the batch it
+        arrived in, the common case, is never charged: the accounting costs nothing on that path."""
+        q = ol.undelivered
+        budget = self.budget
+        charged = []
+        for ind in itertools.islice(reversed(q), min(fresh, len(q))):
+            if ind.held:
+                continue  # a multicast copy charged through another link
+            rc = ind.link.conn
+            if rc is None:
+                continue  # the router's own message
+            n = ind.held = ind.size
+            rc.held += n
+            budget.total += n
+            charged.append(rc)
+        for rc in charged:
+            if rc.held > budget.conn_high or budget.total > budget.total_high:
+                budget.over(rc)
 
     # -- departure -------------------------------------------------------------------------------
     def pump(self, ol: RouterLink) -> None:
@@ -209,12 +243,13 @@ class Forwarder:
         sent = 0
         budget = self.budget
         # Room before this connection's output limits (router/budget.py); one message always fits.
-        out_room = budget.output_high - engine.out_pending
+        room = budget.output_high - engine.out_pending
         unsettled_room = budget.unsettled_high - rc.out_unsettled
+        if unsettled_room < room:
+            room = unsettled_room
         out_bytes = 0
-        unsettled_bytes = 0
         ring_ok = len(unsettled) + credit < raw.TAG_RING
-        while credit > 0 and q and out_bytes < out_room and unsettled_bytes < unsettled_room:
+        while credit > 0 and q and out_bytes < room:
             ind = q.popleft()
             seq += 1
             body = ind.msg
@@ -239,28 +274,45 @@ class Forwarder:
                     self._copy_done(ind, ACCEPTED, None)
             else:
                 unsettled[od] = ind
-                unsettled_bytes += ind.size
             ind.buffered -= 1
             if ind.buffered == 0:
                 self._left_buffer(ind)
         ol.tag_seq = seq
         engine.out_pending += out_bytes
-        rc.out_unsettled += unsettled_bytes
-        if credit > 0 and q:  # stopped by an output limit, not by credit: wait for the socket or settlements
-            engine.output_blocked = True
-            engine.output_resume_at = budget.output_low
-            if rc.paused:
-                budget.peer_needed(rc)
+        # An upper bound of the bytes unsettled at this connection: settlements do not subtract (that
+        # would cost every message); it is counted exactly when it reaches the limit.
+        rc.out_unsettled += out_bytes
+        if credit > 0 and q:  # stopped by an output limit, not by credit
+            self._output_limited(ol)
         rc.last_delivery_at = self._clock()  # once per pump (a batch), not per message
         ol.delivery_count += sent
         ol.address.deliveries_egress += sent
         engine.wake()
 
+    def _output_limited(self, ol: RouterLink) -> None:
+        """A pump on ``ol`` stopped at an output limit. The unsettled figure may only be an upper bound:
+        count it; if there is room after all, go on sending, else stop sending to this connection until
+        its socket drains (on_output_drained) or its consumers settle (output_room at the batch end)."""
+        rc = ol.conn
+        engine = ol.engine
+        budget = self.budget
+        rc.out_unsettled = unsettled_bytes(rc)
+        if engine.out_pending < budget.output_high and rc.out_unsettled < budget.unsettled_high:
+            self.pump(ol)  # room after all: the exact count leaves at least one message of room
+            return
+        engine.output_blocked = True
+        engine.output_resume_at = budget.output_low
+        if rc.paused:
+            budget.peer_needed(rc)
+
     def output_room(self, rc) -> None:
         """Output to ``rc`` may have dropped under both output limits: if so, send what waits for it."""
         engine = rc.engine
         budget = self.budget
-        if engine.out_pending > budget.output_low or rc.out_unsettled > budget.unsettled_low:
+        if not engine.output_blocked or engine.out_pending > budget.output_low:
+            return
+        rc.out_unsettled = unsettled_bytes(rc)
+        if rc.out_unsettled > budget.unsettled_low:
             return
         engine.output_blocked = False
         for rl in list(rc.links.values()):
@@ -274,9 +326,8 @@ class Forwarder:
         # Every copy is in an engine now: the router needs the bytes no more (outcomes need only ptr).
         ind.msg = None
         ind.mesh_msg = None
-        n = ind.held
+        n = ind.held  # charged only if it waited past a batch; it leaves the buffer once
         if n:
-            ind.held = 0
             rc = il.conn
             rc.held -= n
             budget = self.budget
@@ -308,8 +359,8 @@ class Forwarder:
                 self._mirror_unsettled(ol, d, state)
             return  # received / non-terminal: nothing to pass on
         ind = ol.unsettled.pop(d, None)
-        if ind is not None:
-            self._unsettled_gone(ol, ind)
+        if ol.engine.output_blocked:
+            self._recheck_output(ol.conn)
         if state == ACCEPTED and ind is not None and not ind.multicast:
             # The common case, inlined: an anycast copy accepted and settled by its consumer.
             ol.accepted += 1
@@ -344,12 +395,11 @@ class Forwarder:
             self._copy_done(ind, state, src)
         _delivery_settle(d)
 
-    def _unsettled_gone(self, ol: RouterLink, ind: InDelivery) -> None:
-        """An unsettled copy sent on ``ol`` is done with: its bytes no longer count against the consumer."""
-        rc = ol.conn
-        rc.out_unsettled -= ind.size
-        if ol.engine.output_blocked:
-            self.output_room(rc)
+    def _recheck_output(self, rc) -> None:
+        """A consumer whose output is blocked settled something: look at its room at the batch end (once
+        per batch, not per settlement: counting its unsettled bytes walks them all)."""
+        if rc not in self._output_rechecks:
+            self._output_rechecks.append(rc)
 
     @staticmethod
     def _count_outcome(ol: RouterLink, state: int) -> None:
@@ -374,7 +424,8 @@ class Forwarder:
             return
         if ind.multicast:
             del ol.unsettled[d]
-            self._unsettled_gone(ol, ind)
+            if ol.engine.output_blocked:
+                self._recheck_output(ol.conn)
             self._count_outcome(ol, state)
             ind.copies -= 1
             self._copy_done(ind, state, d)
@@ -397,7 +448,8 @@ class Forwarder:
         ind.ptr = None
         _delivery_settle(in_ptr)
         if ol.unsettled.pop(od, None) is not None:
-            self._unsettled_gone(ol, ind)
+            if ol.engine.output_blocked:
+                self._recheck_output(ol.conn)
             ind.copies -= 1
             self._count_outcome(ol, ind.outcome)
             if not ol.closed:
@@ -500,11 +552,8 @@ class Forwarder:
                 self._left_buffer(ind)
         unsettled = ol.unsettled
         ol.unsettled = {}
-        if unsettled:
-            rc = ol.conn
-            rc.out_unsettled -= sum(ind.size for ind in unsettled.values())
-            if ol.engine.output_blocked:
-                self.output_room(rc)
+        if unsettled and ol.engine.output_blocked:
+            self._recheck_output(ol.conn)
         # Sent and not settled: through a lost neighbour as much as to a departing consumer, the copy may
         # have reached a consumer and been processed, so the producer hears modified (delivery-failed),
         # never released ("not delivered", AMQP 1.0 §3.4.4), which would invite a duplicate; as Dispatch

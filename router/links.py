@@ -28,8 +28,9 @@ class RouterConnection:
         self.last_delivery_at = None  # router clock when a message last left on this connection
         self.remote_open = False  # the peer's OPEN arrived (after SASL): usable as a container
         # Memory accounting (router/budget.py): bytes of this peer's complete messages the router still
-        # buffers, bytes of unsettled deliveries sent to this peer (proton keeps their buffers until they
-        # settle), and whether reading from this peer is paused because it holds too much.
+        # buffers; an upper bound of the bytes of unsettled deliveries sent to this peer (proton keeps
+        # their buffers until they settle; counted exactly only at the limit); and whether reading from
+        # this peer is paused because it holds too much.
         self.held = 0
         self.out_unsettled = 0
         self.paused = 0  # router/budget.py: 0, or why reading is paused
@@ -47,7 +48,7 @@ class RouterLink:
         # incoming
         "outstanding", "owed_credit", "credit_batch", "withheld",
         # outgoing
-        "undelivered", "unsettled", "tag_seq", "presettled_out", "dirty", "max_message_size",
+        "undelivered", "unsettled", "tag_seq", "presettled_out", "dirty", "max_message_size", "fresh",
         # state and counters
         "closed", "dynamic_address", "auto_link", "delivery_count", "accepted", "rejected", "released",
         "modified", "presettled", "dropped_presettled",
@@ -80,6 +81,7 @@ class RouterLink:
         self.tag_seq = 0
         self.presettled_out = False  # the receiver asked for settled deliveries
         self.dirty = False  # queued deliveries wait for the end of the event batch to be sent
+        self.fresh = 0  # deliveries queued in this batch (not yet charged to their producers if they wait)
         self.max_message_size = conn.engine.settings.max_message_size
         self.closed = False
         self.dynamic_address = None
@@ -123,8 +125,11 @@ class InDelivery:
         self.ptr = ptr
         self.link = link
         self.msg = msg
-        self.size = len(msg)  # what each unsettled outgoing copy is charged to its consumer's connection
-        self.held = 0  # bytes charged to the producer's connection until the last copy leaves the router
+        # size: what each unsettled outgoing copy is charged to its consumer's connection; held: what is
+        # charged to the producer's connection while it waits in the router past the batch it arrived in
+        # (router/budget.py; 0 until then, and for the router's own messages).
+        self.size = len(msg)
+        self.held = 0
         self.copies = 0
         self.buffered = 0
         self.outcome = 0

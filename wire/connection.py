@@ -201,7 +201,7 @@ class EngineConnection:
     def take_output(self) -> bytes | None:
         """Pending output (up to OUTPUT_CHUNK bytes); b"" when none; None once the head is closed."""
         out = _OUTPUT.take_bytes(self._transport_ptr)
-        if out and (self.out_pending or self.output_blocked):
+        if out and self.out_pending:
             self._output_taken(len(out))
         return out
 

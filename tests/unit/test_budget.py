@@ -12,6 +12,7 @@ import pytest
 
 from router.budget import BufferBudget
 from router.core import Router
+from router.forwarder import unsettled_bytes
 from tests.unit.enginepair import ACCEPTED, Peer, RouterHarness, encode
 
 KIB = 1024
@@ -137,7 +138,7 @@ def test_a_consumer_that_never_settles_stops_getting_messages_at_the_unsettled_l
     assert not cons.router_engine.output_blocked
     assert not prod.router_engine.read_paused
     assert h.router.budget.total == 0
-    assert cons.router_engine.app.out_unsettled == 0
+    assert unsettled_bytes(cons.router_engine.app) == 0
 
 
 def test_a_consumer_that_stops_reading_stops_getting_messages_at_the_output_limit():
