@@ -30,8 +30,6 @@ _ids = itertools.count(1)
 #: does not own: signature -> the test that pins it. A run counts them apart (``known`` in its summary)
 #: instead of failing on them again; once the fix lands the strict xfail test fails, and the entry goes.
 KNOWN = {
-    "traceback logged by wire.connection: UnicodeDecodeError at wire/connection.py:_cold":
-        "tests/unit/test_fuzz_regressions.py::test_fuzz_finding_sasl_mechanism_not_utf8_is_a_plain_refusal",
     **{f"exception escaped: {exc} at broker/xmlschema.py:load_tree":
        "tests/unit/test_fuzz_regressions.py::test_fuzz_finding_xml_encoding_python_cannot_use_is_a_config_error"
        for exc in ("LookupError", "ValueError", "UnicodeError", "UnicodeDecodeError")},
