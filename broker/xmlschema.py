@@ -362,6 +362,11 @@ def load_tree(text: str, path: str) -> LinedElement:
         line = exc.position[0] if getattr(exc, "position", None) else 0
         msg = str(exc).split(": line ")[0]
         raise BrokerConfigError(path, line, f"malformed XML: {msg}") from None
+    except (LookupError, ValueError, UnicodeError) as exc:
+        # The declared encoding is one Python has no codec for, is not a text codec, or the bytes do
+        # not decode in it: expat hands that back as these, not as a ParseError.
+        line = parser.parser.CurrentLineNumber or 1
+        raise BrokerConfigError(path, line, f"unusable XML encoding: {exc}") from None
 
 
 def split_tag(tag: str) -> tuple[str, str]:

@@ -50,6 +50,9 @@ log = logging.getLogger("router.mesh")
 
 #: "More routers than the table holds" is logged at most this often (seconds).
 TABLE_FULL_LOG_INTERVAL = 10.0
+#: A malformed control message is logged at most this often (seconds), with the count dropped since the
+#: last line: a neighbour sending garbage must not turn into a log flood.
+MALFORMED_LOG_INTERVAL = 10.0
 #: Nodes with no link state, referenced by nobody and not heard from for this many hello intervals are
 #: forgotten (Dispatch: 3 ticks).
 NODE_FORGET_TICKS = 3
@@ -109,6 +112,8 @@ class RoutingEngine(RouterIdentity):
         self._last_change = float("-inf")
         self._last_dup_log = float("-inf")
         self._last_full_log = float("-inf")
+        self._last_malformed_log = float("-inf")
+        self._malformed_unlogged = 0
         self._now = 0.0
 
     # -- properties for management / tests --------------------------------------------------------
@@ -157,17 +162,28 @@ class RoutingEngine(RouterIdentity):
         try:
             env = M.decode(msg)
         except M.UnsupportedVersion as e:
-            log.warning("mesh: ignored: %s", e)
+            self._malformed(now, "mesh: ignored: %s", e)
             return
         except M.MeshMessageError as e:
-            log.warning("mesh: malformed control message from %s dropped: %s",
-                        conn.peer_id or _conn_name(conn_key), e)
+            self._malformed(now, "mesh: malformed control message from %s dropped: %s",
+                            conn.peer_id or _conn_name(conn_key), e)
             return
         try:
             self._dispatch(conn, env, msg, now)
             self._settle(now)
         except Exception:  # noqa: BLE001 - one bad message must not take the router down
             log.exception("mesh: error handling %s from %s", env.opcode, conn.peer_id or _conn_name(conn_key))
+
+    def _malformed(self, now: float, fmt: str, *args) -> None:
+        """Log a dropped control message (malformed, or sent where it makes no sense), at most once per
+        MALFORMED_LOG_INTERVAL."""
+        if now - self._last_malformed_log < MALFORMED_LOG_INTERVAL:
+            self._malformed_unlogged += 1
+            return
+        suffix = f" ({self._malformed_unlogged} more dropped since the last such line)" if self._malformed_unlogged else ""
+        self._last_malformed_log = now
+        self._malformed_unlogged = 0
+        log.warning(fmt + suffix, *args)
 
     def add_local_address(self, key: str, hint: int) -> None:
         """A mobile address got its first local destination (advertised on the next tick)."""
@@ -288,11 +304,11 @@ class RoutingEngine(RouterIdentity):
             if env.opcode == P.HELLO:
                 self._on_hello(conn, env.body, now)
             else:
-                log.warning("mesh: %s sent to _local/qdhello dropped", env.opcode)
+                self._malformed(now, "mesh: %s sent to _local/qdhello dropped", env.opcode)
             return
         parts = addr.split("/")
         if len(parts) < 4 or parts[0] != "_topo" or parts[-1] not in (P.CONTROL_NODE, P.CONTROL_NODE_MA):
-            log.warning("mesh: %s to unexpected address %r dropped", env.opcode, env.to)
+            self._malformed(now, "mesh: %s to unexpected address %r dropped", env.opcode, env.to)
             return
         target = "/".join(parts[2:-1])
         if env.body.id == self.id:
@@ -305,7 +321,7 @@ class RoutingEngine(RouterIdentity):
         if self.id in env.trace:
             return                                   # my own message come back: nothing to do
         if len(env.trace) > P.MAX_ROUTERS:
-            log.warning("mesh: %s with a trace of %d routers dropped", env.opcode, len(env.trace))
+            self._malformed(now, "mesh: %s with a trace of %d routers dropped", env.opcode, len(env.trace))
             return
         if target == "all":
             if self._process(conn, env, now):

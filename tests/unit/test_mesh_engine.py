@@ -9,6 +9,7 @@ from proton import Message, symbol
 
 from router.mesh import messages as M
 from router.mesh import protocol as P
+from router.mesh import engine as engine_module
 from router.mesh.engine import RoutingEngine
 from tests.unit.meshfabric import FAST, Fabric, Recorder
 
@@ -173,7 +174,11 @@ def test_bad_input_never_raises(caplog):
         for data in junk:
             e.receive("c1", data, 0.1)
         e.receive("unknown-conn", good, 0.1)
-    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == len(junk) + 1
+        # Dropped messages are logged once per interval, with a count of those not logged.
+        e.receive("c1", junk[0], 0.1 + engine_module.MALFORMED_LOG_INTERVAL)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3, warnings  # the first junk, the unknown connection, the next interval's
+    assert f"({len(junk) - 1} more dropped since the last such line)" in warnings[-1]
     assert e.neighbours == {"B": "c1"}               # still working
 
 
