@@ -1,8 +1,7 @@
 """Regression tests for what the fuzz campaign (tools/fuzz, docs/robustness.md) and its review found,
 each feeding the exact input that failed. Management findings are in test_management_malformed.py.
 
-Tests marked xfail(strict=True) pin a finding whose cause is in a module being changed by someone else
-at the time (named in the reason); strict, so the test fails loudly once the fix lands and the mark must go.
+Each finding is fixed; the test fails if it comes back.
 """
 
 from __future__ import annotations
@@ -55,13 +54,11 @@ def test_json_nested_beyond_the_stack_is_a_config_error_naming_the_line(value):
 # fuzz finding config-broker-66190390088b ("exception escaped: LookupError at broker/xmlschema.py:load_tree"),
 # minimised. The XML declaration names an encoding; expat asks Python's codecs for it, and an unknown name
 # (LookupError), a multi-byte codec expat cannot use (ValueError) or a codec that fails (UnicodeError)
-# escaped the parser: tdbroker died with a traceback (exit 1) instead of FILE:LINE (exit 2).
+# escaped the parser: tdbroker died with a traceback (exit 1) instead of FILE:LINE (exit 2). Fixed in
+# broker/xmlschema.py (load_tree).
 FUZZ_XML_ENCODING = b'<?xml version="" encoding="F"?>'
 
 
-@pytest.mark.xfail(strict=True, reason="cause in broker/xmlschema.py (load_tree): only DefusedXmlException and "
-                   "ParseError become BrokerConfigError; catch LookupError, ValueError and UnicodeError from "
-                   "parser.feed/close too (or refuse any declared encoding but UTF-8 before parsing)")
 @pytest.mark.parametrize("data", [
     FUZZ_XML_ENCODING,
     b'<?xml version="1.0" encoding="cp932"?><configuration/>',
@@ -135,9 +132,6 @@ def _engine_with_neighbour() -> RoutingEngine:
     return engine
 
 
-@pytest.mark.xfail(strict=True, reason="cause in router/mesh/engine.py (receive): every malformed control "
-                   "message logs a WARNING; rate-limit it as _duplicate() does (one line per interval, with "
-                   "a count of the messages dropped since the last line)")
 def test_a_stream_of_malformed_control_messages_costs_a_rate_limited_log_line(caplog):
     engine = _engine_with_neighbour()
     bad = M.encode(M.RouterAdvertisement("A", 7, 1, 1), "amqp:/_topo/0/all/qdrouter").replace(b"ls_seq", b"ls_sex")

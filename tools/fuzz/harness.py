@@ -29,11 +29,7 @@ _ids = itertools.count(1)
 #: Violations already found, pinned by a regression test and waiting for a fix in a module this campaign
 #: does not own: signature -> the test that pins it. A run counts them apart (``known`` in its summary)
 #: instead of failing on them again; once the fix lands the strict xfail test fails, and the entry goes.
-KNOWN = {
-    **{f"exception escaped: {exc} at broker/xmlschema.py:load_tree":
-       "tests/unit/test_fuzz_regressions.py::test_fuzz_finding_xml_encoding_python_cannot_use_is_a_config_error"
-       for exc in ("LookupError", "ValueError", "UnicodeError", "UnicodeDecodeError")},
-}
+KNOWN: dict[str, str] = {}
 
 
 class Violation(Exception):
