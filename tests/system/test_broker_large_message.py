@@ -21,6 +21,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from tests.system.clients import Producer, close_all
+from tests.system.procstat import memory_mib
 from tests.system.test_brokered import BrokerProcess
 
 pytestmark = pytest.mark.system
@@ -47,13 +48,7 @@ XML = """\
 
 
 def _status(pid: int) -> dict[str, int]:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                key, value = line.split(":")
-                out[key] = int(value.split()[0]) // 1024
-    return out
+    return memory_mib(pid)
 
 
 class OneBigSend(MessagingHandler):

@@ -6,6 +6,7 @@ import pytest
 from proton import Message
 
 from tests.system.clients import Consumer, Producer, close_all
+from tests.system.procstat import rss_kib
 from tests.system.test_brokered import BrokerProcess
 
 pytestmark = pytest.mark.system
@@ -32,11 +33,7 @@ XML = """\
 
 
 def _rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    return rss_kib(pid) / 1024
 
 
 def test_fail_limit_holds_against_a_flood_of_1mb_messages(tmp_path):

@@ -15,7 +15,8 @@ import pytest
 from proton import Message
 
 from tests.system.clients import Consumer, Producer, close_all
-from tests.system.wireclient import WireClient, rss_kib
+from tests.system.procstat import rss_kib
+from tests.system.wireclient import WireClient
 
 pytestmark = pytest.mark.system
 
@@ -101,15 +102,22 @@ def drain(consumer: WireClient, rcv, producer: WireClient, expected: int, *, set
     return got
 
 
-def test_zero_credit_consumer_and_220_sender_links_pause_the_producer_not_grow_the_router(router):
+def attach(router, address: str, *, credit: int, senders: int = 1, recv_buffer: int | None = None):
+    """A consumer (with ``credit``) and a producer (with ``senders`` links, each with its credit) on
+    ``address``, each on its own connection: (consumer, receiver, producer, sender links)."""
     host, port = hostport(router)
-    start = rss_mib(router)
-    cons = WireClient(host, port, container="no-credit")
-    rcv = cons.receiver("zero-credit", credit=0)
+    cons = WireClient(host, port, container=f"{address}-consumer", recv_buffer=recv_buffer)
+    rcv = cons.receiver(address, credit=credit)
     cons.pump(0.3)
-    prod = WireClient(host, port, container="220-links")
-    links = [prod.sender("zero-credit") for _ in range(220)]
-    prod.pump(0.5, until=lambda: all(link.credit > 0 for link in links))
+    prod = WireClient(host, port, container=f"{address}-producer")
+    links = [prod.sender(address) for _ in range(senders)]
+    prod.pump(TIMEOUT, until=lambda: all(link.credit > 0 for link in links))
+    return cons, rcv, prod, links
+
+
+def test_zero_credit_consumer_and_220_sender_links_pause_the_producer_not_grow_the_router(router):
+    start = rss_mib(router)
+    cons, rcv, prod, links = attach(router, "zero-credit", credit=0, senders=220)
     sent = flood(prod, links, 4.0)
     # 220 links x 250 credit would let 880 MB into a router without a budget; this one stopped reading.
     assert prod.transport.pending() > 0, "the router kept reading the producer"
@@ -122,14 +130,8 @@ def test_zero_credit_consumer_and_220_sender_links_pause_the_producer_not_grow_t
 
 
 def test_a_consumer_that_never_settles_gets_no_more_than_the_unsettled_limit(router):
-    host, port = hostport(router)
     start = rss_mib(router)
-    cons = WireClient(host, port, container="never-settles")
-    rcv = cons.receiver("unsettled", credit=100_000)
-    cons.pump(0.3)
-    prod = WireClient(host, port, container="producer")
-    snd = prod.sender("unsettled")
-    prod.pump(0.5, until=lambda: snd.credit > 0)
+    cons, rcv, prod, [snd] = attach(router, "unsettled", credit=100_000)
     held = []
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
@@ -155,14 +157,8 @@ def test_a_consumer_that_never_settles_gets_no_more_than_the_unsettled_limit(rou
 
 
 def test_a_consumer_that_stops_reading_its_socket_slows_the_producer(router):
-    host, port = hostport(router)
     start = rss_mib(router)
-    cons = WireClient(host, port, container="stops-reading", recv_buffer=4096)
-    rcv = cons.receiver("not-read", credit=100_000)
-    cons.pump(0.3)
-    prod = WireClient(host, port, container="producer")
-    snd = prod.sender("not-read")
-    prod.pump(0.5, until=lambda: snd.credit > 0)
+    cons, rcv, prod, [snd] = attach(router, "not-read", credit=100_000, recv_buffer=4096)
     sent = flood(prod, [snd], 4.0, settled=True)
     # Without limits the producer ran at full speed (150,000 messages, 2.9 GB of router in 25 s).
     assert prod.transport.pending() > 0 or snd.credit == 0, "the producer was never slowed"
@@ -175,13 +171,7 @@ def test_a_consumer_that_stops_reading_its_socket_slows_the_producer(router):
 
 
 def test_a_delivery_that_never_finishes_is_aborted_after_the_stall_timeout(router):
-    host, port = hostport(router)
-    cons = WireClient(host, port, container="consumer")
-    cons.receiver("stalled", credit=10)
-    cons.pump(0.3)
-    prod = WireClient(host, port, container="half-sender")
-    snd = prod.sender("stalled")
-    prod.pump(0.5, until=lambda: snd.credit > 0)
+    cons, _, prod, [snd] = attach(router, "stalled", credit=10)
     prod.send(snd, MSG[:100], partial=True)
     for _ in range(20):  # 20 MB of a message whose end never comes
         prod.send_more(snd, b"y" * MIB)
@@ -199,14 +189,8 @@ def test_memory_returns_after_a_burst(router_factory):
     """A burst that makes the router hold ~130 MB (default limits); afterwards its RSS comes back to
     within a few MB of the start, by itself (no reference cycles, and the heap is trimmed)."""
     router = router_factory()
-    host, port = hostport(router)
     start = rss_mib(router)
-    cons = WireClient(host, port, container="burst-consumer")
-    rcv = cons.receiver("burst", credit=0)
-    cons.pump(0.3)
-    prod = WireClient(host, port, container="burst-producer")
-    links = [prod.sender("burst") for _ in range(20)]
-    prod.pump(0.5, until=lambda: all(link.credit > 0 for link in links))
+    cons, rcv, prod, links = attach(router, "burst", credit=0, senders=20)
     sent = flood(prod, links, 3.0)
     peak = rss_mib(router)
     assert peak - start > 50, f"the burst was too small to measure ({peak - start:.0f} MiB)"

@@ -11,6 +11,7 @@ from proton import Message
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection
 
+from tests.system.procstat import rss_kib
 from tools.bench import run_bench
 
 pytestmark = pytest.mark.slow
@@ -29,11 +30,7 @@ CHURN_CONNECTIONS = 100
 
 
 def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+    return rss_kib(pid) * 1024
 
 
 def test_sustained_load_loses_nothing_and_memory_stays_flat(router_factory):

@@ -16,16 +16,7 @@ import time
 import proton
 from proton import Delivery
 
-__all__ = ["WireClient", "rss_kib"]
-
-
-def rss_kib(pid: int) -> int:
-    """A process's resident set size (KiB), from /proc."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+__all__ = ["WireClient"]
 
 
 class WireClient:
