@@ -1,6 +1,6 @@
 """Addresses: how a link's or a message's address becomes a routing-table key, and what is bound to it.
 
-Keys follow Qpid Dispatch's one-letter classes (reference §1.1) so that management and the inter-router
+Keys follow Qpid Dispatch's one-letter classes (1.19 src/iterator.c) so that management and the inter-router
 protocol can show and exchange them unchanged: ``M<phase><addr>`` for mobile addresses, ``L<name>`` for
 router-local ones (``_local/x``, ``_topo/0/<this router>/x``, ``_topo/0/all/x``), ``R<router>`` for
 another router's topological addresses.

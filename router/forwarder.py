@@ -3,9 +3,9 @@
 Everything here runs once per message (or per copy), so it touches only raw engine pointers
 (:mod:`wire.raw`), bytes, and ``__slots__`` records; no logging at default level.
 
-Credit (reference §1.2): an incoming link is given ``capacity`` credit only while its address has a
-destination; credit comes back as each delivery leaves the router's buffers (sent on an outgoing link,
-or released/rejected/dropped). When the address loses its last destination, queued deliveries are
+Credit (Qpid Dispatch 1.19 src/router_core/connections.c): an incoming link is given ``capacity`` credit
+only while its address has a destination; credit comes back as each delivery leaves the router's buffers
+(sent on an outgoing link, or released/rejected/dropped). When the address loses its last destination, queued deliveries are
 released back to their producers and credit is withheld until a destination returns.
 
 Settlement: nothing is settled upstream before the downstream peer settled (end to end); an anycast

@@ -1,6 +1,7 @@
 """Inter-router connections: the link layout of Qpid Dispatch 1.x and the control-message plumbing.
 
-On an ``inter-router`` connection the connector side attaches (reference §4.2):
+On an ``inter-router`` connection the connector side attaches (Qpid Dispatch 1.19
+src/router_core/connections.c):
 
 * one incoming and one outgoing **control** link (capability ``qd.router``), in their own session;
 * ten incoming and ten outgoing **data** links (capability ``qd.router-data``), one session per

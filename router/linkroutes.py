@@ -1,4 +1,5 @@
-"""Link routes: a client's link is proxied, attach to detach, to a container (a broker) — reference §2.1-2.2.
+"""Link routes: a client's link is proxied, attach to detach, to a container (a broker), as in Qpid
+Dispatch 1.19 (src/router_core/route_control.c; link-route attach forwarding in forwarder.c).
 
 An attach whose address matches a ``linkRoute`` (``direction: in`` for client senders, ``out`` for client
 receivers) is not message-routed: the router attaches a link with the same name and termini on a
@@ -45,7 +46,8 @@ class LinkRoute:
 
     @property
     def key(self) -> str:
-        """The hash key other routers learn through MAU (reference §1.1): C/D prefix, E/F pattern."""
+        """The hash key other routers learn through MAU (Qpid Dispatch 1.19 src/iterator.c): C/D prefix,
+        E/F pattern."""
         if self.is_pattern:
             return ("E" if self.direction == "in" else "F") + self.pattern
         return ("C" if self.direction == "in" else "D") + self.pattern
@@ -169,7 +171,8 @@ class LinkRouter:
                 return rc
         return None
 
-    # -- mesh-wide link routes (reference §4.4 item 6) -------------------------------------------------
+    # -- mesh-wide link routes (Qpid Dispatch 1.19 mobile_sync/mobile.c)
+    # ---------------------------------------
     def _routes(self) -> list[LinkRoute]:
         return [route for table in self.tables.values() for _, route in table.items()]
 

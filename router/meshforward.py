@@ -4,7 +4,8 @@ The standalone hot path in :mod:`router.forwarder` stays as it was; an address t
 other routers have destinations for it (``addr.remote``), when a router-internal endpoint consumes it
 (``addr.handler``, e.g. ``$management``), or when the message came from a neighbour router.
 
-Mesh semantics (reference §1.2, §1.5, §4.4):
+Mesh semantics (Qpid Dispatch 1.19 src/router_core/forwarder.c, src/amqp.c,
+python/qpid_dispatch_internal/router/):
 
 * A message leaving for a neighbour carries ``x-opt-qd.ingress`` (kept if present, else this router),
   ``x-opt-qd.trace`` (received list + this router), ``x-opt-qd.to`` for link-addressed producers and
@@ -34,11 +35,12 @@ log = logging.getLogger("router.mesh")
 ACCEPTED = raw.ACCEPTED
 RELEASED = raw.RELEASED
 
-# Treatment hints carried in MAU (reference §1.2): code -> our distribution name.
+# Treatment hints carried in MAU (Qpid Dispatch 1.19 include/qpid/dispatch/router.h): code -> our
+# distribution.
 HINT_DISTRIBUTION = {0: MULTICAST, 1: MULTICAST, 2: CLOSEST, 3: BALANCED}
 DISTRIBUTION_HINT = {MULTICAST: 1, CLOSEST: 2, BALANCED: 3}
 
-# Only these key classes are exchanged in MAU (reference §4.4 item 6).
+# Only these key classes are exchanged in MAU (Qpid Dispatch 1.19 mobile_sync/mobile.c).
 MOBILE_KEY_CLASSES = ("M", "C", "D", "E", "F", "H")
 LINK_ROUTE_KEY_CLASSES = ("C", "D", "E", "F")
 

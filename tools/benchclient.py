@@ -1,7 +1,8 @@
 """tdbench's load client: lean AMQP senders and receivers on the raw engine layer (:mod:`wire.raw`).
 
 Why not proton's reactor: it costs ~55 µs of CPU per message per side, so a reactor client pair tops
-out near 18k msg/s and would measure itself, not the router (``shared/reference/performance-notes.md``).
+out near 18k msg/s and would measure itself, not the router (measured for this project before it began: see
+the README's performance section).
 Here every connection is a :class:`wire.connection.EngineConnection` driven by
 :func:`wire.driver.run_connection` over a Trio TCP stream, all in one thread. Links are attached with
 the object API (cold path); everything per message is a handful of raw engine calls:

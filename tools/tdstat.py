@@ -1,4 +1,5 @@
-"""``tdstat``: qdstat's views of a running router (and a broker), in qdstat's layout (reference §5.3).
+"""``tdstat``: qdstat's views of a running router (and a broker), in qdstat's layout (Qpid Dispatch 1.19
+tools/qdstat, python/qpid_dispatch_internal/tools/display.py).
 
 Same titles, column headers and order, ``ddd:hh:mm:ss`` times, ``-`` placeholders and 2-space row indent
 as Qpid Dispatch 1.19's qdstat, so an operator's eyes and scripts carry over; ``--csv`` and ``--json``
@@ -88,7 +89,8 @@ class Table:
 
 
 def key_parts(key: str | None) -> tuple[str, str, str]:
-    """(class, addr, phase) from a routing key (reference §1.1): M0examples -> mobile, examples, 0."""
+    """(class, addr, phase) from a routing key (Qpid Dispatch 1.19 include/qpid/dispatch/iterator.h,
+    src/iterator.c): M0examples -> mobile, examples, 0."""
     if not key:
         return "", "", ""
     klass = key[0]

@@ -1,7 +1,8 @@
 """Router annotations: read, strip and set the router's own ``x-opt-qd.*`` keys in a message's
 message-annotations map, copying every other byte of the message unchanged.
 
-Dispatch 1.19 semantics (see shared/reference §1.5): keys are AMQP *symbols* starting ``x-opt-qd.`` (a
+Dispatch 1.19 semantics (Qpid Dispatch 1.19 src/amqp.c, src/parse.c, src/message.c): keys are AMQP *symbols*
+starting ``x-opt-qd.`` (a
 string-typed key with that text is a user key). Stripping and setting remove every such key wherever it
 sits in the map (including ``x-opt-qd.class`` and the bare prefix); set appends the new ones after all user
 annotations, because 1.19 stops parsing at the first router key. User entries are copied byte for byte;

@@ -1,4 +1,5 @@
-"""AMQP management messages (AMQP Management draft 9, as Qpid Dispatch uses it; reference §5.1).
+"""AMQP management messages (AMQP Management draft 9, as Qpid Dispatch uses it; Qpid Dispatch 1.19
+python/qpid_dispatch/management/client.py, src/router_core/management_agent.c).
 
 Shared by the router's agent, the broker's agent and the command-line tools. A request carries its
 operation and target in the application-properties (``operation``, ``type``, ``name``, ``identity``,

@@ -3,7 +3,8 @@
 Why this module exists: proton's Python object API builds about thirteen wrapper objects for every
 delivery (Event, Delivery, Link, records...) and costs ~60 µs of CPU per forwarded message on this machine
 kind; the same work through the raw ``pn_*`` calls costs ~7.5 µs
-(``shared/reference/performance-notes.md``). Everything that runs once per message goes through the
+(measured for this project before it began: see the README's performance section). Everything that runs once
+per message goes through the
 functions here; cold paths (open, attach, detach, close) may use the object API.
 
 Written against python-qpid-proton 0.40.0 (pinned in pyproject.toml): an upgrade touches only this file,

@@ -1,4 +1,5 @@
-"""The router's management agent: AMQP management requests in, responses out (reference §5.1).
+"""The router's management agent: AMQP management requests in, responses out (Qpid Dispatch 1.19
+python/qpid_dispatch/management/client.py, src/router_core/management_agent.c).
 
 ``ManagementAgent.handle(msg)`` takes one request message (bytes) and returns the response message
 (bytes, addressed to the request's ``reply_to``), or None when the request has nowhere to be answered.

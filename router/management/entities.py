@@ -1,5 +1,5 @@
 """Operational entity types read from the live router: router, connection, router.link, router.address,
-router.node, allocator (Qpid Dispatch 1.19 attribute names; reference §5.2).
+router.node, allocator (Qpid Dispatch 1.19 attribute names; Qpid Dispatch 1.19 tools/qdstat, qdrouter.json).
 
 Everything is read at the moment of the request from the router's own records (``Router.connections``,
 each connection's ``links``, ``Router.addresses``) and the forwarder's counters; attributes this router

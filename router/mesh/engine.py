@@ -1,4 +1,5 @@
-"""RoutingEngine: the interior router's control plane (reference §4.4), sans-IO.
+"""RoutingEngine: the interior router's control plane (Qpid Dispatch 1.19
+python/qpid_dispatch_internal/router/), sans-IO.
 
 The router core drives it: ``link_up`` / ``link_lost`` when an inter-router connection's control links
 come and go, ``receive`` for every message arriving on an incoming control link, ``tick(now)`` about

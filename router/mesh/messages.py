@@ -1,6 +1,7 @@
 """Control messages of the Qpid Dispatch 1.x routing protocol as complete AMQP message bytes.
 
-Shape of every control message (reference §4.2-4.3), which is what a qdrouterd 1.x peer sends and parses:
+Shape of every control message (Qpid Dispatch 1.19 python/qpid_dispatch_internal/router/data.py,
+src/router_core/modules/mobile_sync/mobile.c), which is what a qdrouterd 1.x peer sends and parses:
 
 * ``properties.to`` — the control address (``amqp:/_local/qdhello``, ``amqp:/_topo/0/all/qdrouter``, ...);
 * ``application-properties`` — ``{"opcode": "HELLO" | "RA" | "LSR" | "LSU" | "MAU" | "MAR"}``;

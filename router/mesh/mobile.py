@@ -1,4 +1,5 @@
-"""Mobile address sync (reference §4.4 item 6): which address keys have destinations on which router.
+"""Mobile address sync (Qpid Dispatch 1.19 mobile_sync/mobile.c): which address keys have destinations on
+which router.
 
 :class:`LocalAddresses` — my side. Keys that got (or lost) their first local destination are batched;
 on the next tick that has a difference, ``mobile_seq`` goes up by one and one *differential* MAU

@@ -1,4 +1,5 @@
-"""Route computation over the collected link states (reference §4.4 item 5), pure functions.
+"""Route computation over the collected link states (Qpid Dispatch 1.19
+python/qpid_dispatch_internal/router/path.py), pure functions.
 
 Input: ``link_states`` = ``{router_id: {peer_id: cost}}`` — my own entry included — as learned from LSUs.
 A peer that some router reports but whose own link state is unknown gets the stand-in ``{reporter: 1}``

@@ -1,4 +1,5 @@
-"""Wire constants of the Qpid Dispatch 1.x inter-router protocol (reference §1.5, §4.2-4.4).
+"""Wire constants of the Qpid Dispatch 1.x inter-router protocol (Qpid Dispatch 1.19: src/amqp.c,
+src/router_core/connections.c, python/qpid_dispatch_internal/router/, modules/mobile_sync/mobile.c).
 
 Keeping them in one module lets the data plane (link set-up, OPEN properties) and the control plane
 (:mod:`router.mesh.messages`, :mod:`router.mesh.engine`) agree on every spelling.
@@ -96,8 +97,8 @@ HINT_DISTRIBUTIONS = {
     HINT_UNAVAILABLE: "unavailable",
 }
 
-#: Address-key classes that mobile address sync carries (reference §4.4 item 6): mobile (M), link-route
-#: prefixes (C, D), link-route patterns (E, F) and edge (H).
+#: Address-key classes that mobile address sync carries (Qpid Dispatch 1.19 mobile_sync/mobile.c): mobile
+#: (M), link-route prefixes (C, D), link-route patterns (E, F) and edge (H).
 SYNCED_KEY_CLASSES = frozenset("MCDEFH")
 
 # -- timer defaults (seconds; the `router` entity of qdrouterd.conf) -----------------------------

@@ -63,7 +63,8 @@ def conn_name(key) -> str:
 
 
 def strip_scheme(addr: str) -> str:
-    """``amqp://host/x``, ``amqp:/x`` and ``/x`` all mean ``x`` (reference §1.1)."""
+    """``amqp://host/x``, ``amqp:/x`` and ``/x`` all mean ``x`` (Qpid Dispatch 1.19
+    include/qpid/dispatch/iterator.h, src/iterator.c)."""
     if addr.startswith("amqp://"):
         addr = addr[7:]
         slash = addr.find("/")

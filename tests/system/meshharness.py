@@ -129,7 +129,8 @@ class Mesh:
         """Block until a sender on ``src`` gets credit for the dynamic (reply) address of a receiver on
         ``dst`` (``_topo/0/<dst>/temp.*``, or ``_edge/<dst>/temp.*`` when ``dst`` is an edge router):
         the path a reply from ``src`` to a client of ``dst`` takes. It exists once ``src`` knows router
-        ``dst`` (an interior) or the edge key ``H<dst>`` its interior advertises (reference §5.1); that
+        ``dst`` (an interior) or the edge key ``H<dst>`` its interior advertises (Qpid Dispatch 1.19
+        python/qpid_dispatch/management/client.py, src/router_core/management_agent.c); that
         advertisement goes out on the interior's next tick, independently of ``dst``'s mobile addresses."""
         start = time.monotonic()
         consumer = Consumer(self.url(dst), dynamic=True, credit=1).start()

@@ -1,4 +1,5 @@
-"""Distribution (reference §1.2): closest, balanced, multicast, patterns, pre-settled.
+"""Distribution (Qpid Dispatch 1.19 src/router_core/forwarder.c, connections.c, delivery.c): closest,
+balanced, multicast, patterns, pre-settled.
 
 Every test runs a real tdrouterd and threaded proton clients (tests/system/clients.py).
 """

@@ -1,4 +1,5 @@
-"""Credit-based flow control (reference §1.2 "Flow control"): no credit without a destination,
+"""Credit-based flow control (Qpid Dispatch 1.19 src/router_core/connections.c): no credit without a
+destination,
 release on consumer detach, credit withheld after the last consumer leaves, linkCapacity."""
 
 from __future__ import annotations

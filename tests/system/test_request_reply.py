@@ -1,5 +1,5 @@
 """Request/reply with dynamic reply addresses, the anonymous relay, and `unavailable` addresses
-(reference §1.2)."""
+(Qpid Dispatch 1.19 src/router_core/forwarder.c, connections.c, delivery.c)."""
 
 from __future__ import annotations
 

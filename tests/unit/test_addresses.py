@@ -1,7 +1,7 @@
 """router.addresses: address parsing into Dispatch-style keys, and the address configuration table.
 
-Reference: /work/shared/reference/dispatch-artemis-activemq-facts.md §1.1 (classes and keys), §1.3
-(prefix/pattern precedence), §1.4 (waypoint phases).
+Reference: Qpid Dispatch 1.19 src/iterator.c (classes and keys), src/parse_tree.c (prefix/pattern
+precedence), src/router_core/terminus.c (waypoint phases).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Auto-links (reference §2.3), driven in memory: the router attaches links to a broker-like container."""
+"""Auto-links (Qpid Dispatch 1.19 src/router_core/route_control.c, qdrouter.json autoLink), driven in memory:
+the router attaches links to a broker-like container."""
 
 from __future__ import annotations
 

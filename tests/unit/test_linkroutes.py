@@ -1,4 +1,6 @@
-"""Link routes (reference §2.1-2.2), driven in memory: client links proxied to a broker-like container."""
+"""Link routes (Qpid Dispatch 1.19 src/router_core/route_control.c, qdrouter.json linkRoute; Qpid Dispatch
+1.19 src/router_core/forwarder.c (link-route attach forwarding)), driven in memory: client links proxied to a
+broker-like container."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The router's credit, distribution and settlement logic, driven in memory (no sockets).
 
-Rules under test: /work/shared/reference/dispatch-artemis-activemq-facts.md §1.2 (distribution, credit,
+Rules under test: Qpid Dispatch 1.19 src/router_core/forwarder.c, connections.c, delivery.c (distribution,
+credit,
 settlement). Clients are proton object-API peers wired to router engines by tests/unit/enginepair.py.
 """
 

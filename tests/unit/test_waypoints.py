@@ -1,4 +1,5 @@
-"""Waypoint phases and endpoint-declared waypoints (reference §1.4), driven in memory.
+"""Waypoint phases and endpoint-declared waypoints (Qpid Dispatch 1.19 src/router_core/terminus.c and its
+book's brokered-messaging chapters), driven in memory.
 
 A container (a broker) declares itself waypoint N with the capability ``qd.waypoint`` (N = 1) or
 ``qd.waypoint.N`` on the terminus that names the node, as a single symbol or an array of symbols: its
