@@ -136,12 +136,15 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
                        journal_file_size=xs.DEFAULT_JOURNAL_FILE_SIZE, acceptors=[], addresses=[],
                        address_settings=[], broker_connections=[], warnings=ctx.warnings)
     seen: dict[str, int] = {}
-    known = set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED)
+    known = set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED) | set(xs.CORE_LIMITS_UNENFORCED)
     for name, el in children(ctx, core):
         if name in xs.CORE_UNSUPPORTED:
             raise ctx.error(el, f"<{name}> is not supported by tdbroker: {xs.CORE_UNSUPPORTED[name]}")
         if name in xs.CORE_IGNORED:
             ctx.warn(el, f"<{name}> is accepted but ignored by tdbroker")
+            continue
+        if name in xs.CORE_LIMITS_UNENFORCED:
+            _unenforced_limit(ctx, el, name, xs.CORE_LIMITS_UNENFORCED[name])
             continue
         if name not in xs.CORE_HANDLED:
             raise _unknown(ctx, el, "core", known)
@@ -180,6 +183,10 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
             if cfg.max_disk_usage != -1 and not 0 <= cfg.max_disk_usage <= 100:
                 raise ctx.error(el, f"<max-disk-usage> is a percentage (0-100) or -1 (no check), "
                                     f"got {cfg.max_disk_usage}")
+        elif name == "min-disk-free":
+            cfg.min_disk_free = ctx.value(el, "size")
+            if cfg.min_disk_free < -1:
+                raise ctx.error(el, f"<min-disk-free> is a byte size or -1 (no check), got {cfg.min_disk_free}")
         elif name == "disk-scan-period":
             cfg.disk_scan_period_ms = ctx.value(el, "long")
             if cfg.disk_scan_period_ms <= 0:
@@ -325,10 +332,18 @@ def _parse_queue(ctx: Ctx, el, address: str, routing_type: str) -> QueueConfig:
     return QueueConfig(qname, address, routing_type, durable, max_consumers, filt, el.line)
 
 
+def _unenforced_limit(ctx: Ctx, el, name: str, instead: str) -> None:
+    """A limit tdbroker does not enforce: ``-1`` (Artemis' "no limit") is fine, any other value is refused."""
+    text = ctx.text(el)
+    if text.strip() != "-1":
+        raise ctx.error(el, f"<{name}> {text} is a limit tdbroker does not enforce; {instead}, or set -1")
+
+
 def _parse_address_settings(ctx: Ctx, parent) -> list[AddressSettings]:
     out: list[AddressSettings] = []
     matches: dict[str, int] = {}
-    choices = set(xs.ADDRESS_SETTING_FIELDS) | xs.ADDRESS_SETTING_IGNORED
+    choices = (set(xs.ADDRESS_SETTING_FIELDS) | xs.ADDRESS_SETTING_IGNORED
+               | set(xs.ADDRESS_SETTING_LIMITS_UNENFORCED) | xs.ADDRESS_SETTING_NEEDS_PAGE_LIMIT)
     for name, el in children(ctx, parent):
         if name != "address-setting":
             raise _unknown(ctx, el, "address-settings", ["address-setting"])
@@ -350,6 +365,10 @@ def _parse_address_settings(ctx: Ctx, parent) -> list[AddressSettings]:
                     raise ctx.error(sel, "<page-size-bytes> must be a positive byte size")
             elif sname in xs.ADDRESS_SETTING_IGNORED:
                 ctx.warn(sel, f"<{sname}> is accepted but ignored by tdbroker")
+            elif sname in xs.ADDRESS_SETTING_LIMITS_UNENFORCED:
+                _unenforced_limit(ctx, sel, sname, xs.ADDRESS_SETTING_LIMITS_UNENFORCED[sname])
+            elif sname in xs.ADDRESS_SETTING_NEEDS_PAGE_LIMIT:
+                ctx.warn(sel, f"<{sname}> has no effect without a page limit (tdbroker sets none)")
             else:
                 raise _unknown(ctx, sel, "address-setting", choices)
         out.append(AddressSettings(match=match, line=el.line, **values))

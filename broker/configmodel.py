@@ -154,6 +154,7 @@ class BrokerConfig:
     global_max_size_line: int = 0
     paging_directory: str | None = None  # None: "paging" beside the journal directory
     max_disk_usage: int = xs.DEFAULT_MAX_DISK_USAGE  # percent of the journal's file system; -1 = no check
+    min_disk_free: int = -1  # bytes that must stay free on the journal's file system; -1 = no check
     disk_scan_period_ms: int = xs.DEFAULT_DISK_SCAN_PERIOD_MS
 
     @property

@@ -31,34 +31,44 @@ def filesystem_usage(path: str) -> tuple[int, int]:
 
 
 class DiskMonitor:
-    """Whether the broker's file systems are over ``max-disk-usage`` (a percentage; -1 = no check)."""
+    """Whether the broker's file systems are over ``max-disk-usage`` (a percentage; -1 = no check) or
+    under ``min-disk-free`` (bytes that must stay available; -1 = no check). Both apply when both are
+    set: the stricter one decides (Artemis' ``min-disk-free`` is the absolute form of the same limit)."""
 
-    def __init__(self, paths: Iterable[str], max_usage_percent: int, *,
+    def __init__(self, paths: Iterable[str], max_usage_percent: int, *, min_free: int = NO_CHECK,
                  usage: Callable[[str], tuple[int, int]] = filesystem_usage):
         self.paths = list(dict.fromkeys(paths))
         self.max_usage = max_usage_percent
+        self.min_free = min_free
         self.usage = usage
         self.over = False
         self.percent = 0.0          # the highest usage found at the last check
         self.headroom = -1          # bytes that can still be written before the limit (-1: no limit known)
+        self.short_of_free = False  # under min-disk-free at the last check
         self.failed: str | None = None  # the last reading error (the state is kept meanwhile)
 
     @property
     def enabled(self) -> bool:
-        return self.max_usage != NO_CHECK
+        return self.max_usage != NO_CHECK or self.min_free != NO_CHECK
 
     def check(self) -> bool:
         """Read every file system's usage; True when :attr:`over` changed."""
         if not self.enabled:
             return False
-        worst, headroom = 0.0, None
+        worst, headroom, short = 0.0, None, False
         try:
             for path in self.paths:
                 total, available = self.usage(path)
                 if total <= 0:
                     continue
                 worst = max(worst, 100.0 * (1.0 - available / total))
-                room = available - total * (100 - self.max_usage) // 100
+                rooms = []
+                if self.max_usage != NO_CHECK:
+                    rooms.append(available - total * (100 - self.max_usage) // 100)
+                if self.min_free != NO_CHECK:
+                    rooms.append(available - self.min_free)
+                    short = short or available < self.min_free
+                room = min(rooms)
                 headroom = room if headroom is None else min(headroom, room)
         except OSError as exc:  # a directory that vanished, a stale mount: keep the last state
             self.failed = str(exc)
@@ -66,10 +76,13 @@ class DiskMonitor:
         self.failed = None
         self.percent = worst
         self.headroom = max(0, headroom) if headroom is not None else -1
-        over = worst > self.max_usage
+        self.short_of_free = short
+        over = (self.max_usage != NO_CHECK and worst > self.max_usage) or short
         changed = over != self.over
         self.over = over
         return changed
 
     def describe(self) -> str:
+        if self.short_of_free:
+            return f"free disk space is under min-disk-free ({self.min_free} bytes)"
         return f"disk usage {self.percent:.0f}% is over max-disk-usage {self.max_usage}%"

@@ -48,7 +48,8 @@ class Storage:
         paths = [cfg.journal_directory] if cfg.persistence_enabled else []
         if self.limits.may_page:
             paths.append(cfg.paging_path)
-        self.disk = DiskMonitor(paths, cfg.max_disk_usage, usage=disk_usage or filesystem_usage)
+        self.disk = DiskMonitor(paths, cfg.max_disk_usage, min_free=cfg.min_disk_free,
+                                usage=disk_usage or filesystem_usage)
         self.messages_refused_disk = 0  # durable (or paging) messages rejected while the disk was full
         self._pending_durable: deque = deque()  # (BrokerLink, delivery, record_id)
         self._durable_wakeup = trio.Event()
@@ -186,8 +187,8 @@ class Storage:
             log.error("%s: durable messages (and messages that would page) are refused until it drops",
                       self.disk.describe())
         else:
-            log.warning("disk usage %.0f%% is below max-disk-usage %d%% again: durable messages are accepted",
-                        self.disk.percent, self.disk.max_usage)
+            log.warning("disk usage %.0f%% is within max-disk-usage / min-disk-free again: durable messages "
+                        "are accepted", self.disk.percent)
             if self.committer is not None:
                 self.committer.retry_now()
         return True

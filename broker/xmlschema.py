@@ -101,8 +101,7 @@ ADDRESS_SETTING_IGNORED = frozenset("""
     auto-create-dead-letter-resources dead-letter-queue-prefix dead-letter-queue-suffix
     auto-create-expiry-resources expiry-queue-prefix expiry-queue-suffix min-expiry-delay
     max-expiry-delay redelivery-delay-multiplier redelivery-collision-avoidance-factor
-    max-redelivery-delay max-size-messages max-size-bytes-reject-threshold
-    page-limit-bytes page-limit-messages page-full-policy max-read-page-messages
+    max-redelivery-delay max-read-page-messages
     max-read-page-bytes message-counter-history-day-limit last-value-queue
     default-last-value-queue default-last-value-key default-non-destructive
     default-exclusive-queue default-group-rebalance default-group-buckets
@@ -125,7 +124,7 @@ CORE_HANDLED = (
     "name", "persistence-enabled", "journal-directory", "journal-file-size",
     "journal-sync-transactional", "journal-sync-non-transactional", "acceptors",
     "addresses", "address-settings", "broker-connections", "flow-records", "global-max-size",
-    "paging-directory", "max-disk-usage", "disk-scan-period",
+    "paging-directory", "max-disk-usage", "min-disk-free", "disk-scan-period",
 )
 
 #: configuration-index: max-disk-usage is a percentage of the journal's file system, default 90; -1 turns
@@ -157,7 +156,7 @@ CORE_IGNORED = frozenset("""
     journal-compact-min-files journal-compact-percentage journal-file-open-timeout
     bindings-directory large-messages-directory create-bindings-dir
     create-journal-dir node-manager-lock-directory page-sync-timeout
-    page-max-concurrent-io read-whole-page global-max-messages
+    page-max-concurrent-io read-whole-page
     critical-analyzer critical-analyzer-timeout
     critical-analyzer-check-period critical-analyzer-policy message-expiry-scan-period
     message-expiry-thread-priority address-queue-scan-period connection-ttl-override
@@ -170,8 +169,23 @@ CORE_IGNORED = frozenset("""
     memory-warning-threshold server-dump-interval log-delegate-factory-class-name
     amqp-use-core-subscription-naming journal-device-block-size journal-lock-monitor-timeout
     journal-lock-acquisition-timeout journal-retention-directory large-message-sync
-    jmx-notification-enabled min-disk-free
+    jmx-notification-enabled
 """.split())
+
+#: Artemis limits tdbroker does not enforce. Accepting one and ignoring it would promise a bound that does
+#: not hold, so a value that sets a limit is refused at start-up (FILE:LINE); ``-1``, Artemis' "no limit",
+#: is accepted. element -> what to use instead.
+ADDRESS_SETTING_LIMITS_UNENFORCED = {
+    "max-size-messages": "use max-size-bytes",
+    "max-size-bytes-reject-threshold": "use max-size-bytes with address-full-policy FAIL",
+    "page-limit-bytes": "paged messages are bounded by max-disk-usage / min-disk-free",
+    "page-limit-messages": "paged messages are bounded by max-disk-usage / min-disk-free",
+}
+#: page-full-policy only means something with a page limit: accepted (and unused) only without one.
+ADDRESS_SETTING_NEEDS_PAGE_LIMIT = frozenset(("page-full-policy",))
+CORE_LIMITS_UNENFORCED = {
+    "global-max-messages": "use global-max-size",
+}
 
 #: Artemis <core> children that would change message routing or naming if silently
 #: ignored: refused, with the reason.

@@ -81,7 +81,22 @@ def test_monitor_arithmetic_and_off_switch():
     assert not off.check() and not off.over and off.headroom == -1
 
 
+def test_min_disk_free_is_checked_beside_max_disk_usage():
+    usage = Usage(50)  # 50 GiB of 100 free
+    m = DiskMonitor(["/j"], 90, min_free=60 * GB, usage=usage)
+    assert m.check() and m.over and m.short_of_free  # 50 GiB free is under the 60 GiB minimum
+    assert "min-disk-free" in m.describe()
+    usage.percent = 30
+    assert m.check() and not m.over
+    assert m.headroom == 10 * GB  # the stricter of the two limits: 70 GiB free - 60 GiB
+    only = DiskMonitor(["/j"], -1, min_free=5 * GB, usage=usage)
+    usage.percent = 96
+    assert only.enabled and only.check() and only.over
+
+
 @pytest.mark.parametrize("core,message", [
+    ("<min-disk-free>-2</min-disk-free>", "byte size or -1"),
+    ("<global-max-messages>1000</global-max-messages>", "does not enforce"),
     ("<max-disk-usage>101</max-disk-usage>", "percentage"),
     ("<max-disk-usage>-2</max-disk-usage>", "percentage"),
     ("<disk-scan-period>0</disk-scan-period>", "positive"),
@@ -90,6 +105,15 @@ def test_bad_disk_settings_are_refused_with_file_and_line(tmp_path, core, messag
     with pytest.raises(BrokerConfigError, match=message) as info:
         parse_broker_config(XML.format(journal=tmp_path, core=core), "b.xml")
     assert str(info.value).startswith("b.xml:")
+
+
+def test_min_disk_free_refuses_durable_sends(tmp_path):
+    usage = Usage(50)
+    b, h = make(tmp_path, usage, core="<max-disk-usage>-1</max-disk-usage><min-disk-free>60GB</min-disk-free>")
+    assert b.cfg.min_disk_free == 60 * GB and b.disk.over
+    usage.percent = 30
+    b.disk.check()
+    assert not b.disk.over
 
 
 # ---- max-disk-usage --------------------------------------------------------------------------------------

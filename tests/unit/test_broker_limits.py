@@ -222,3 +222,32 @@ def test_a_complete_message_larger_than_the_address_is_rejected_and_the_link_sta
     h.pump()
     assert outcome(d)["state"] == "rejected" and outcome(d)["condition"][0] == "amqp:resource-limit-exceeded"
     assert outcome(ok)["state"] == "accepted"
+
+
+LIMIT_XML = """\
+<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <persistence-enabled>false</persistence-enabled>
+  {core}
+  <address-settings><address-setting match="#">{setting}</address-setting></address-settings>
+</core></configuration>
+"""
+
+
+@pytest.mark.parametrize("core,setting", [
+    ("<global-max-messages>1000</global-max-messages>", ""),
+    ("", "<max-size-messages>1000</max-size-messages>"),
+    ("", "<max-size-bytes-reject-threshold>10M</max-size-bytes-reject-threshold>"),
+    ("", "<page-limit-bytes>100M</page-limit-bytes>"),
+    ("", "<page-limit-messages>1000</page-limit-messages>"),
+])
+def test_a_limit_tdbroker_does_not_enforce_is_refused_with_file_and_line(core, setting):
+    """Accepting and ignoring a limit would promise a bound that does not hold: refused, unless -1."""
+    from broker.config import BrokerConfigError
+
+    with pytest.raises(BrokerConfigError, match="does not enforce") as info:
+        parse_broker_config(LIMIT_XML.format(core=core, setting=setting), "b.xml")
+    assert str(info.value).startswith("b.xml:")
+    no_limit = parse_broker_config(LIMIT_XML.format(core=core.replace(">1000<", ">-1<"),
+                                                     setting=setting.replace(">1000<", ">-1<")
+                                                     .replace(">10M<", ">-1<").replace(">100M<", ">-1<")), "b.xml")
+    assert no_limit is not None
