@@ -316,7 +316,8 @@ def test_duplicate_router_id_is_refused_and_the_mesh_stays_whole(mesh, via):
     assert stall_with_impostor < 3.0, stall_with_impostor
     p.close()
     assert set(p.outcomes) <= {"accepted"}, p.outcomes
-    assert c.ids == list(range(len(c.ids))), "a delivery to C was lost or duplicated"
+    ids = c.ids  # one snapshot: the consumer is still receiving what was in flight when the producer closed
+    assert ids == list(range(len(ids))), "a delivery to C was lost or duplicated"
     assert {i for i, o in p.outcome_of.items() if o == ["accepted"]} <= set(c.ids)
 
 
