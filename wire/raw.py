@@ -238,6 +238,12 @@ def link_remote_condition(link) -> tuple[str | None, str | None]:
     return condition_text(lib.pn_link_remote_condition(link))
 
 
+def remote_modified_flags(delivery) -> tuple[bool, bool]:
+    """(delivery-failed, undeliverable-here) of the peer's ``modified`` outcome (AMQP 1.0 §3.4.5)."""
+    remote = lib.pn_delivery_remote(delivery)
+    return bool(lib.pn_disposition_is_failed(remote)), bool(lib.pn_disposition_is_undeliverable(remote))
+
+
 def delivery_tag(delivery) -> bytes:
     t = lib.pn_delivery_tag(delivery)
     return bytes(_buffer(t.start, t.size))
@@ -306,6 +312,12 @@ class OutputBuffer:
 
 
 # ---- cold path: object-API views of raw pointers --------------------------------------------------
+
+
+def pointer(obj):
+    """The raw engine pointer behind an object-API view (a ``proton.Link``, ``Connection``,
+    ``Transport`` ...): the one place that knows where proton keeps it."""
+    return obj._impl
 
 
 def link_object(link) -> proton.Link:

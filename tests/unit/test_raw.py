@@ -293,6 +293,7 @@ def test_set_modified(ab, failed, undeliverable):
     pump(p)
     assert outcome(D) == {"state": "modified", "settled": True, "failed": failed,
                           "undeliverable": undeliverable, "annotations": None}
+    assert raw.remote_modified_flags(D._impl) == (failed, undeliverable)
 
 
 def test_set_modified_defaults_to_delivery_failed(ab):
@@ -569,3 +570,4 @@ def test_link_object_and_connection_object(ab):
     assert isinstance(co, proton.Connection)
     assert co.remote_container == a.connection.container
     assert co._impl == b.connection._impl
+    assert raw.pointer(lo) == r._impl and raw.pointer(b.connection) == b.connection._impl
