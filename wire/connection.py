@@ -4,9 +4,11 @@
 (:mod:`wire.driver`) feeds it received bytes and writes out what it produces; everything in between is
 plain method calls, so routing logic can be tested without sockets.
 
-Events are drained from the collector with raw engine calls; the two that happen per message
-(``PN_DELIVERY`` and ``PN_LINK_FLOW``) go straight to the handler with raw pointers, the rest (open,
-attach, detach, close) are handled here with the object API and reported to the handler as cold calls.
+Events are drained from the collector with raw engine calls. The two that happen per message
+(``PN_DELIVERY`` and ``PN_LINK_FLOW``) go to the owner of their link (:meth:`EngineConnection.own_link`;
+incoming deliveries through :class:`wire.assembly.MessageAssembler`, which hands over whole messages), or
+to the handler with raw pointers for links nobody owns. The rest (open, attach, detach, close) are
+handled here with the object API and reported to the handler as cold calls.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import proton
 from proton import Transport
 
 from wire import raw
+from wire.assembly import MessageAssembler
 from wire.logformat import escape_unprintable
 
 log = logging.getLogger("wire.connection")
@@ -71,10 +74,10 @@ class ConnectionHandler:
     """
 
     def on_delivery(self, conn: "EngineConnection", delivery) -> None:  # hot
-        pass
+        """A delivery event on a link nobody owns (see :meth:`EngineConnection.own_link`)."""
 
     def on_link_flow(self, conn: "EngineConnection", link) -> None:  # hot
-        pass
+        """A flow event on a link nobody owns."""
 
     def on_connection_open(self, conn: "EngineConnection") -> None:
         pass
@@ -103,8 +106,13 @@ class EngineConnection:
     """A proton engine for one connection, driven by explicit calls (no I/O, no reactor)."""
 
     def __init__(self, handler: ConnectionHandler, settings: ConnectionSettings, *, server: bool,
-                 remote_host: str = "", virtual_host: str | None = None):
+                 remote_host: str = "", virtual_host: str | None = None,
+                 assembler: MessageAssembler | None = None):
         self.id = next(_conn_ids)
+        # link pointer -> the application's record of a link it owns (see own_link)
+        self.link_records: dict = {}
+        # Shared by an application's engines when it wants one view of every message in progress.
+        self.assembler = assembler if assembler is not None else MessageAssembler()
         self.handler = handler
         self.settings = settings
         self.server = server
@@ -129,8 +137,8 @@ class EngineConnection:
             c.offered_capabilities = proton.SymbolList(list(settings.offered_capabilities))
         if settings.properties:
             c.properties = {proton.symbol(k): v for k, v in settings.properties.items()}
-        self._coll = self.collector._impl
-        self._transport_ptr = t._impl
+        self._coll = raw.pointer(self.collector)
+        self._transport_ptr = raw.pointer(t)
         self._closed_reported = False
         self.remote_closed = False
         self.eof = False
@@ -283,7 +291,9 @@ class EngineConnection:
         pop = raw.collector_pop
         etype = raw.event_type
         event_delivery = raw.event_delivery
-        on_delivery = self.handler.on_delivery
+        delivery_link = raw.delivery_link
+        records = self.link_records.get
+        incoming = self.assembler.incoming
         delivery_event = raw.PN_DELIVERY
         while True:
             ev = peek(coll)
@@ -292,9 +302,22 @@ class EngineConnection:
                 return
             t = etype(ev)
             if t == delivery_event:
-                on_delivery(self, event_delivery(ev))
+                d = event_delivery(ev)
+                lp = delivery_link(d)
+                rec = records(lp)
+                if rec is None:
+                    self.handler.on_delivery(self, d)
+                elif rec.incoming:
+                    incoming(self, rec, d, lp)
+                else:
+                    rec.owner.on_delivery_update(self, rec, d)
             elif t == raw.PN_LINK_FLOW:
-                self.handler.on_link_flow(self, raw.event_link(ev))
+                link = raw.event_link(ev)
+                rec = records(link)
+                if rec is None:
+                    self.handler.on_link_flow(self, link)
+                else:
+                    rec.owner.on_link_flow(self, rec)
             elif t in _COLD_EVENTS:
                 self._cold(t, ev)
             pop(coll)
@@ -343,7 +366,7 @@ class EngineConnection:
     def _remote_container_quietly(self) -> str:
         """The peer's container-id for a log line, whatever bytes it sent."""
         try:
-            ptr = raw.lib.pn_connection_remote_container(self.connection._impl)
+            ptr = raw.lib.pn_connection_remote_container(raw.pointer(self.connection))
             return raw.ffi.string(ptr).decode("utf-8", "backslashreplace") if ptr else "?"
         except Exception:  # noqa: BLE001 - only for logging
             return "?"
@@ -394,7 +417,7 @@ class EngineConnection:
             lib.pn_session_free(s)
         elif t == raw.PN_CONNECTION_REMOTE_CLOSE:
             self.remote_closed = True
-            name, description = raw.connection_remote_condition(self.connection._impl)
+            name, description = raw.connection_remote_condition(raw.pointer(self.connection))
             if name is not None:
                 log.info("connection %d closed by peer: %s %s", self.id, printable(name),
                          printable(description or ""))
@@ -427,13 +450,14 @@ class EngineConnection:
                 lib.pn_link_close(link)
             else:
                 lib.pn_link_detach(link)
+        self.disown_link(link)
         if free:
             lib.pn_link_free(link)
 
     def _session_gone(self, session) -> None:
         """A session end implicitly detaches its links: report each one still open."""
         lib = raw.lib
-        link = lib.pn_link_head(self.connection._impl, 0)
+        link = lib.pn_link_head(raw.pointer(self.connection), 0)
         gone = []
         while link:
             if lib.pn_link_session(link) == session:
@@ -449,11 +473,30 @@ class EngineConnection:
                 self.handler.on_connection_close(self)
             except Exception:  # noqa: BLE001 - the connection is gone either way; keep the daemon
                 log.exception("connection %d: error while cleaning up after it closed", self.id)
+            for link in list(self.link_records):
+                self.disown_link(link)
 
     # -- helpers for handlers --------------------------------------------------------------------
     @property
     def remote_container(self) -> str | None:
         return self.connection.remote_container
+
+    def own_link(self, link, record) -> None:
+        """From now on this link's delivery and flow events go to ``record.owner`` (a
+        :class:`wire.assembly.LinkOwner`), incoming messages whole (see :mod:`wire.assembly`)."""
+        self.link_records[link] = record
+
+    def disown_link(self, link):
+        """Stop routing this link's events to its owner and forget its half-received messages; the
+        record it had (None when nobody owned it)."""
+        record = self.link_records.pop(link, None)
+        if record is not None and self.assembler.partials:
+            self.assembler.drop_owner(record)
+        return record
+
+    def link_record(self, link):
+        """The record the application registered for this link (None when nobody owns it)."""
+        return self.link_records.get(link)
 
     def open_link_like_remote(self, link, *, source_address: str | None = None,
                               dynamic_source: bool = False) -> None:
@@ -472,7 +515,8 @@ class EngineConnection:
         lo.open()
 
     def close_link(self, link, condition: str, description: str) -> None:
-        """Detach (close) an open link with an error condition."""
+        """Detach (close) an open link with an error condition; the link is disowned."""
+        self.disown_link(link)
         lo = raw.link_object(link)
         lo.condition = proton.Condition(condition, description)
         lo.close()

@@ -1,0 +1,216 @@
+"""wire/assembly.py with a real engine pair: any application that owns a link gets whole messages, with
+multi-frame assembly, the size limit, aborted deliveries and the owner's verdicts handled by wire/."""
+
+from __future__ import annotations
+
+import pytest
+
+from wire import raw
+from wire.assembly import DISCARD, FORGET, KEEP, MESSAGE_SIZE_EXCEEDED, MessageAssembler
+from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
+
+from enginepair import REJECTED, Peer, Pipe, encode, pump
+
+FRAME = 512  # small frames: a few kB make a multi-frame message
+
+
+class Link:
+    """A minimal link record."""
+
+    def __init__(self, owner, ptr, max_message_size=0):
+        self.owner = owner
+        self.ptr = ptr
+        self.incoming = True
+        self.max_message_size = max_message_size
+
+
+class App(ConnectionHandler):
+    """An application owning every link a peer attaches, recording what its links are told."""
+
+    def __init__(self, *, limit=0, verdict=KEEP):
+        self.limit = limit
+        self.verdict = verdict
+        self.messages: list = []
+        self.partials: list[int] = []
+        self.oversized: list[int] = []
+        self.unowned: list = []
+        self.held: list[int] = []
+        self.assembler = MessageAssembler(on_held=lambda rec, delta: self.held.append(delta))
+        self.engine = EngineConnection(self, ConnectionSettings(max_frame_size=FRAME), server=True,
+                                       assembler=self.assembler)
+
+    # ConnectionHandler
+    def on_link_open(self, engine, link):
+        engine.open_link_like_remote(link)
+        if raw.link_object(link).name.startswith("unowned"):
+            raw.link_flow(link, 10)
+            return
+        engine.own_link(link, Link(self, link, self.limit))
+        raw.link_flow(link, 10)
+
+    def on_delivery(self, engine, d):
+        self.unowned.append(d)
+
+    # LinkOwner
+    def on_message(self, engine, link, d, msg):
+        self.messages.append(msg)
+        if msg is None:
+            raw.set_rejected(d, "amqp:resource-limit-exceeded", "discarded")
+        else:
+            raw.delivery_update(d, raw.ACCEPTED)
+        raw.delivery_settle(d)
+
+    def on_partial(self, engine, link, d, held):
+        self.partials.append(held)
+        if self.verdict == FORGET:
+            raw.set_rejected(d, "amqp:resource-limit-exceeded", "forgotten")
+            raw.delivery_settle(d)
+            engine.close_link(link.ptr, "amqp:resource-limit-exceeded", "forgotten")
+        return self.verdict
+
+    def on_delivery_update(self, engine, link, d):
+        pass
+
+    def on_link_flow(self, engine, link):
+        pass
+
+    def on_oversized(self, engine, link, d, limit):
+        self.oversized.append(limit)
+
+
+def connect(app: App) -> tuple[Peer, Pipe]:
+    peer = Peer(max_frame_size=FRAME)
+    pipe = Pipe(peer, app.engine)
+    pump(pipe)
+    return peer, pipe
+
+
+def payload(size: int) -> bytes:
+    return encode(body=b"x" * size)
+
+
+def test_multi_frame_message_arrives_whole_and_nothing_stays_held():
+    app = App()
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    big = payload(10_000)
+    d = peer.send(snd, big)
+    pump(pipe)
+    assert app.messages == [big]
+    assert app.partials and app.partials == sorted(app.partials) and app.partials[-1] < len(big)
+    assert app.assembler.total == 0 and not app.assembler and sum(app.held) == 0 and max(app.held) > 0
+    assert d.remote_state == d.ACCEPTED
+
+
+def test_message_over_the_links_limit_is_rejected_and_the_link_detached_while_it_arrives():
+    app = App(limit=3000)
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    small = payload(1000)
+    peer.send(snd, small)
+    d = snd.delivery(b"big")
+    snd.send(payload(20_000)[:5000])  # not advanced: the message is still arriving when it is refused
+    pump(pipe)
+    assert app.messages == [small]
+    assert app.oversized == [3000]
+    assert d.remote_state == REJECTED and d.remote.condition.name == MESSAGE_SIZE_EXCEEDED
+    assert snd.remote_condition.name == MESSAGE_SIZE_EXCEEDED
+    assert app.assembler.total == 0 and not app.engine.link_records
+
+
+def test_aborted_delivery_is_forgotten_and_the_link_carries_on():
+    app = App()
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    d = snd.delivery(b"aborted")
+    snd.send(payload(5000)[:3000])
+    pump(pipe)
+    assert app.assembler.total > 0 and app.messages == []
+    d.abort()
+    pump(pipe)
+    assert app.assembler.total == 0 and not app.assembler and sum(app.held) == 0
+    after = payload(4000)
+    peer.send(snd, after)
+    pump(pipe)
+    assert app.messages == [after]
+
+
+def test_discarded_message_is_answered_when_complete():
+    app = App(verdict=DISCARD)
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    d = peer.send(snd, payload(8000))
+    pump(pipe)
+    assert app.messages == [None]
+    assert len(app.partials) == 1  # asked once; its bytes were dropped from then on
+    assert app.assembler.total == 0 and sum(app.held) == 0
+    assert d.remote_state == REJECTED and d.remote.condition.description == "discarded"
+
+
+def test_forgotten_message_leaves_nothing_held():
+    app = App(verdict=FORGET)
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    d = peer.send(snd, payload(8000))
+    pump(pipe)
+    assert app.messages == []
+    assert app.assembler.total == 0 and sum(app.held) == 0
+    assert d.remote_state == REJECTED and snd.remote_condition.description == "forgotten"
+
+
+def test_peer_detaching_mid_message_frees_its_bytes():
+    app = App()
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    snd.delivery(b"half")
+    snd.send(payload(5000)[:3000])
+    pump(pipe)
+    assert app.assembler.total > 0
+    snd.close()
+    pump(pipe)
+    assert app.assembler.total == 0 and not app.engine.link_records
+
+
+def test_stalled_deliveries_are_listed_by_last_progress():
+    now = [100.0]
+    app = App()
+    app.assembler.clock = lambda: now[0]
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    snd.delivery(b"slow")
+    snd.send(payload(5000)[:3000])
+    pump(pipe)
+    [d] = app.assembler.stalled(130.0, 30.0)
+    assert app.assembler.owner_of(d).owner is app
+    assert app.assembler.stalled(129.0, 30.0) == []
+    app.assembler.touch(d, 129.0)
+    assert app.assembler.stalled(130.0, 30.0) == []
+
+
+def test_links_nobody_owns_still_reach_the_handler():
+    app = App()
+    peer, pipe = connect(app)
+    snd = peer.sender("q", name="unowned-1")
+    pump(pipe)
+    peer.send(snd, payload(100))
+    pump(pipe)
+    assert len(app.unowned) == 1 and app.messages == []
+
+
+@pytest.mark.parametrize("size", [0, 1, FRAME - 100, FRAME * 3 + 7])
+def test_sizes_around_frame_boundaries(size):
+    app = App()
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    msg = payload(size)
+    peer.send(snd, msg)
+    pump(pipe)
+    assert app.messages == [msg]
