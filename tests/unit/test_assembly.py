@@ -9,7 +9,7 @@ from wire import raw
 from wire.assembly import DISCARD, FORGET, KEEP, MESSAGE_SIZE_EXCEEDED, MessageAssembler
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 
-from enginepair import REJECTED, Peer, Pipe, encode, pump
+from tests.unit.enginepair import REJECTED, Peer, Pipe, encode, pump
 
 FRAME = 512  # small frames: a few kB make a multi-frame message
 
