@@ -169,3 +169,20 @@ class Address:
 
     def __repr__(self) -> str:
         return f"<Address {self.key} {self.distribution} out={len(self.rlinks)} in={len(self.inlinks)}>"
+
+
+class AddressTable(dict):
+    """The routing table: key -> :class:`Address`. A dict (management and the forwarder read it as one)
+    with the two writes every part of the router makes the same way."""
+
+    def bind(self, key: str, name: str, distribution: str, phase: int = 0, pattern: str | None = None) -> Address:
+        """The entry for ``key``, created with these semantics when there is none."""
+        addr = self.get(key)
+        if addr is None:
+            addr = self[key] = Address(key, name, phase, distribution, pattern)
+        return addr
+
+    def discard_unused(self, addr: Address) -> None:
+        """Forget ``addr`` once nothing is bound to it (and it is still this table's entry for its key)."""
+        if addr.unused and self.get(addr.key) is addr:
+            del self[addr.key]

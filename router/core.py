@@ -1,7 +1,25 @@
-"""The router: connection and link life cycle (the cold paths) on top of the forwarder (the hot path).
+"""The router: a small object that owns its parts and does the connection and link life cycle (the cold
+paths) between them.
 
 ``Router`` is sans-IO: it implements :class:`wire.connection.ConnectionHandler` and never touches a
-socket. The daemon (router/daemon.py) creates listeners and connectors whose engines report to it.
+socket. The daemon (router/daemon.py) creates listeners and connectors whose engines report to it. Its
+parts, each with the interface it offers and the collaborators it is given (typing.Protocol where a part
+calls back), in the manner of Dispatch's routing core holding its sub-engines:
+
+* ``forwarder`` (router/forwarder.py): the per-message path; the engines hand it every message,
+  outcome and credit of the router's message links (it is their :class:`wire.assembly.LinkOwner`);
+* ``mesh_forwarding`` (router/meshforward.py): messages from and to other routers, router-internal
+  endpoints, the routes the routing engine reports;
+* ``flow_hooks`` (router/flowhooks.py): flow records, None unless configured;
+* ``mesh`` (router/mesh/): the routing engine, interior mode only; it reports to the router
+  (:class:`router.mesh.engine.MeshListener`), which relays to mesh forwarding and link routes;
+* ``inter_router`` (router/interrouter.py): inter-router connections' links and control messages;
+* ``edge`` (router/edge.py): the uplink of an edge router, edge mode only;
+* ``auto_links`` (router/autolinks.py), ``link_router`` (router/linkroutes.py);
+* ``control`` (router/control.py): what management changes, as methods.
+
+One :class:`wire.assembly.MessageAssembler` serves every engine of the router, so that the bytes of
+messages still arriving count in the router's budget and stalled ones are found in one place.
 """
 
 from __future__ import annotations
@@ -14,22 +32,26 @@ import proton
 
 from wire import raw
 from wire.assembly import MessageAssembler
+from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from wire.memory import HeapTrimmer
 from wire.terminus import capabilities
-from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
-from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
+from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser, AddressTable
 from router.autolinks import AutoLinkManager
 from router.budget import RESOURCE_LIMIT_EXCEEDED, BufferBudget
-from router.linkroutes import LinkRouter
 from router.edge import UPLINK_ROLE, EdgeUplink
 from router.flowhooks import FlowHooks
 from router.forwarder import Forwarder
-from router.interrouter import OPEN_ANNOTATIONS_VERSION, OPEN_COST_PROPERTY, InterRouterLinks
-from router.links import RouterConnection, RouterLink
-from router.meshforward import MeshForwarding
+from router.interrouter import ControlLink, InterRouterLinks
+from router.linkroutes import LinkRouter
+from router.links import InDelivery, RouterConnection, RouterLink
+from router.mesh import protocol as P
+from router.meshforward import DISTRIBUTION_HINT, MeshForwarding
 
 log = logging.getLogger("router.core")
 
+# OPEN `product`: this implementation's own name. Qpid Dispatch does not check it: a real qdrouterd 1.19
+# meshes with a router that sends this value (inter-router and edge connections are recognised by the
+# listener's role and the qd.router link capabilities, never by product).
 PRODUCT = "trio-dispatch"
 VERSION = "0.1.0"
 
@@ -37,6 +59,10 @@ VERSION = "0.1.0"
 WAYPOINT_CAPABILITY = "qd.waypoint"
 # Dispatch accepts qd.waypoint.1 .. qd.waypoint.9 (phases 0..9).
 MAX_WAYPOINT_ORDINAL = 9
+
+# Key classes of link routes (Qpid Dispatch 1.19 src/iterator.c): C/D prefix, E/F pattern, in/out. The
+# routing engine reports them with mobile addresses; they go to the link router, not the address table.
+LINK_ROUTE_KEY_CLASSES = frozenset("CDEF")
 
 
 def waypoint_ordinal(terminus) -> int | None:
@@ -59,15 +85,9 @@ CLOSED_LINK_COUNTERS = (
     ("released", "releasedDeliveries"), ("modified", "modifiedDeliveries"),
 )
 
-# Router entity timers (seconds) handed to the routing engine in interior mode, with Dispatch's defaults.
-MESH_TIMER_DEFAULTS = {
-    "hello_interval": 1.0, "hello_max_age": 3.0, "ra_interval": 30.0, "ra_interval_flux": 4.0,
-    "remote_ls_max_age": 60.0,
-}
 
-
-class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
-    """One router's routing state and its AMQP endpoint logic."""
+class Router(ConnectionHandler):
+    """One router: its routing state, its parts, and the AMQP endpoint logic that ties them together."""
 
     def __init__(self, router_id: str, *, default_distribution: str = "balanced", address_entities=(),
                  auto_link_entities=(), link_route_entities=(), clock=None, mode: str = "standalone",
@@ -78,31 +98,79 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         self.address_config = AddressConfigTable(default_distribution)
         for entity in address_entities:
             self.address_config.add(entity)
-        self.addresses: dict[str, Address] = {}
+        self.addresses = AddressTable()
         self.connections: set[RouterConnection] = set()
-        self.assembly = MessageAssembler()  # multi-frame deliveries still arriving, by delivery pointer
-        self._clock = clock or (lambda: 0.0)
-        self._init_forwarder(budget)
+        self.clock = self._clock = clock or (lambda: 0.0)
+        self.budget = budget or BufferBudget()
         self.budget.connections = self.connections
+        # Messages still arriving on any of this router's engines (their bytes count in the budget).
+        self.assembly = MessageAssembler(on_held=self._on_held, clock=self._clock)
         self.trimmer = HeapTrimmer()
         # Counters of links that have gone, so router-wide totals (management) do not fall back.
         self.closed_link_totals: dict[str, int] = {}
-        self.flow = flow_recorder
-        self._init_mesh()
-        self.inter_router = InterRouterLinks(self)
+        self.flow = flow_recorder  # wire.flowrecords.FlowRecorder, or None
+        self.flow_hooks = FlowHooks(router_id, flow_recorder) if flow_recorder is not None else None
+        self.forwarder = Forwarder(addresses=self.addresses, parser=self.parser, address_config=self.address_config,
+                                   budget=self.budget, clock=self._clock, links=self, flow=self.flow_hooks)
+        self.mesh = None  # router.mesh.engine.RoutingEngine in interior mode
+        self.edge: EdgeUplink | None = None  # in edge mode
         if self.mode == "interior":
             from router.mesh.engine import RoutingEngine
 
-            timers = dict(MESH_TIMER_DEFAULTS, **(mesh_timers or {}))
-            self.mesh = RoutingEngine(router_id, self, instance=int(time.time()), **timers)
+            self.mesh = RoutingEngine(router_id, self, instance=int(time.time()), **(mesh_timers or {}))
         elif self.mode == "edge":
-            self.edge = EdgeUplink(self)
+            self.edge = EdgeUplink(router_id, self.addresses, self.forwarder, self)
+        self.mesh_forwarding = MeshForwarding(router_id, self.forwarder, addresses=self.addresses,
+                                              parser=self.parser, address_config=self.address_config,
+                                              edge=self.edge)
+        self.forwarder.use_special_path(self.mesh_forwarding)
+        self.inter_router = InterRouterLinks(self.mesh, data_links=self.forwarder,
+                                             remote_routes=self.mesh_forwarding, clock=self._clock)
         self.auto_links = AutoLinkManager(self, auto_link_entities)
         self.link_router = LinkRouter(self, link_route_entities)
 
+    # -- counters and routes of the parts (management and tests read them here) ---------------------
+    @property
+    def dropped_presettled(self) -> int:
+        return self.forwarder.dropped_presettled
+
+    @property
+    def deliveries_no_route(self) -> int:
+        return self.forwarder.deliveries_no_route
+
+    @property
+    def rejected_unavailable(self) -> int:
+        return self.forwarder.rejected_unavailable
+
+    @property
+    def deliveries_transit(self) -> int:
+        return self.mesh_forwarding.deliveries_transit
+
+    @property
+    def deliveries_radius_dropped(self) -> int:
+        return self.mesh_forwarding.deliveries_radius_dropped
+
+    @property
+    def next_hops(self) -> dict:
+        """Router id -> the RouterConnection of the neighbour to send through."""
+        return self.mesh_forwarding.next_hops
+
+    @property
+    def costs(self) -> dict:
+        return self.mesh_forwarding.costs
+
+    @property
+    def valid_origins(self) -> dict:
+        return self.mesh_forwarding.valid_origins
+
+    @property
+    def radius(self) -> int:
+        return self.mesh_forwarding.radius
+
+    # -- time ----------------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
-        """Time-driven work (auto-link retries, the routing protocol). The daemon calls it every
-        TICK_SECONDS."""
+        """Time-driven work (auto-link retries, stalled deliveries, the routing protocol). The daemon
+        calls it every TICK_SECONDS."""
         self.auto_links.tick(now)
         if self.assembly:
             self._abort_stalled(now)
@@ -110,33 +178,56 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         if self.mesh is not None:
             self.mesh.tick(now)
             self.inter_router.flush()
-            self.on_batch_end()
+            self.forwarder.on_batch_end()
 
     def now(self) -> float:
         return self._clock()
 
-    def mesh_flush(self) -> None:
-        self.inter_router.flush()
+    def _on_held(self, record, delta: int) -> None:
+        """The bytes of messages still arriving changed (wire/assembly.py): they count router-wide."""
+        self.budget.total += delta
 
-    def mesh_data_links_changed(self) -> None:
-        for addr in list(self.addresses.values()):
-            if addr.rnodes:
-                self._recompute_remote(addr)
+    def _abort_stalled(self, now: float) -> None:
+        """Detach the links of partial deliveries that got no new bytes for stalledDeliveryTimeoutSeconds
+        (a peer must not pin memory by starting a message and never finishing it). A delivery of a
+        connection we are not reading from (paused) is not stalled by its sender: its clock restarts."""
+        timeout = self.budget.stalled_delivery_timeout
+        assembly = self.assembly
+        for d in assembly.stalled(now, timeout):
+            rl = assembly.owner_of(d)
+            if not isinstance(rl, RouterLink):
+                continue  # gone with an earlier one, or a neighbour router's control message
+            if rl.conn.paused:
+                assembly.touch(d, now)
+                continue
+            self.budget.stalled_aborted += 1
+            size = assembly.size_of(d)
+            description = f"delivery made no progress for {timeout:g} s ({size} bytes received)"
+            log.warning("connection %d: link %s detached: %s", rl.engine.id, rl.name, description)
+            rl.conn.links.pop(rl.ptr, None)
+            self.unbind_link(rl)  # the engine forgets the delivery's bytes
+            rl.engine.close_link(rl.ptr, RESOURCE_LIMIT_EXCEEDED, description)
+
+    def _trim_heap(self, now: float) -> None:
+        """Hand freed memory back to the OS after a burst (wire/memory.py). What the router knows it
+        uses: the buffered bytes (the engines' delivery buffers it does not count; the trimmer backs off
+        when a trim gives little back)."""
+        self.trimmer.tick(now, self.budget.total)
 
     # -- engines ---------------------------------------------------------------------------------
     def connection_settings(self, **kw) -> ConnectionSettings:
         """Settings with this router's identity filled in (container id = router id, as Dispatch)."""
         kw.setdefault("container_id", self.id)
-        props = {"product": PRODUCT, "version": VERSION}
+        props = {P.OPEN_PRODUCT: PRODUCT, P.OPEN_VERSION: VERSION}
         if kw.get("role") in ("inter-router", "edge"):
-            props[OPEN_ANNOTATIONS_VERSION] = 1
+            props[P.OPEN_ANNOTATIONS_VERSION] = P.ANNOTATIONS_VERSION
             if int(kw.get("cost") or 1) > 1:
-                props[OPEN_COST_PROPERTY] = int(kw["cost"])
+                props[P.OPEN_COST] = int(kw["cost"])
         kw.setdefault("properties", props)
         return ConnectionSettings(**kw)
 
     def new_engine(self, settings: ConnectionSettings, *, server: bool, remote_host: str = "") -> EngineConnection:
-        engine = EngineConnection(self, settings, server=server, remote_host=remote_host)
+        engine = EngineConnection(self, settings, server=server, remote_host=remote_host, assembler=self.assembly)
         rc = RouterConnection(engine, settings.role, settings.name, self._clock())
         engine.app = rc
         self.connections.add(rc)
@@ -147,123 +238,31 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         for rc in list(self.connections):
             rc.engine.close()
 
-    # -- hot events --------------------------------------------------------------------------------
+    # -- hot events the parts do not own ----------------------------------------------------------------
+    # Message links (RouterLink), inter-router control links (ControlLink) and link-routed links are owned
+    # through their engine (wire/assembly.py): their deliveries and flow go to their owner. Events of a
+    # link nobody owns (closed by the router while the peer still sends) are ignored.
     def on_delivery(self, engine, d) -> None:
-        lp = raw.delivery_link(d)
-        rl = engine.app.links.get(lp)
-        if rl is None:
-            rc = engine.app
-            if rc.mesh is not None and self.inter_router.is_control(rc, lp):
-                self.inter_router.control_delivery(rc, d)
-                return
-            routed = self.link_router.links.get(lp) if self.link_router.links else None
-            if routed is not None:
-                self.link_router.on_delivery(routed, d)
-            return
-        if rl.incoming:
-            if not raw.delivery_readable(d):
-                # A delivery we already took: only the producer settling after our mirrored outcome
-                # matters (see Forwarder.producer_settled).
-                if self._mirrored and raw.delivery_settled(d):
-                    self.producer_settled(d)
-                return
-            limit = rl.max_message_size
-            if raw.delivery_partial(d):
-                chunk = raw.recv_all(lp)
-                if chunk:
-                    budget = self.budget
-                    budget.total += len(chunk)  # counted router-wide; never pauses its own connection
-                    if self.assembly.feed(d, rl, chunk, self._clock(), limit):
-                        self._oversized(engine, rl, d, limit)
-                    elif budget.total > budget.total_high:
-                        budget.over(rl.conn)
-                elif raw.delivery_aborted(d):
-                    self._drop_aborted(lp, d)
-                return
-            msg = raw.recv_all(lp)
-            if not msg and raw.delivery_aborted(d):
-                self._drop_aborted(lp, d)
-                return
-            if self.assembly.partials:
-                held = self.assembly.size_of(d)
-                if held:
-                    self.budget.total -= held  # message_in charges the whole message
-                    msg = self.assembly.finish(d, msg)
-            if limit and len(msg) > limit:
-                self._oversized(engine, rl, d, limit)
-                return
-            raw.link_advance(lp)
-            self.message_in(rl, d, msg)
-        else:
-            self.outgoing_update(rl, d)
-
-    def _oversized(self, engine, rl: RouterLink, d, limit: int) -> None:
-        """A message over maxMessageSize: reject it and detach its link (AMQP's link error for this)."""
-        self.budget.total -= self.assembly.drop(d)
-        condition = "amqp:link:message-size-exceeded"
-        description = f"message larger than the {limit}-byte limit of this connection"
-        raw.set_rejected(d, condition, description)
-        raw.delivery_settle(d)
-        lp = rl.ptr
-        engine.app.links.pop(lp, None)
-        self._unbind(rl)
-        engine.close_link(lp, condition, description)
-        log.warning("connection %d: %s on link %s", engine.id, description, rl.name)
-
-    def _drop_aborted(self, lp, d) -> None:
-        """The sender aborted a (multi-frame) delivery: forget what arrived of it."""
-        self.budget.total -= self.assembly.drop(d)
-        raw.link_advance(lp)
-        raw.delivery_settle(d)
-
-    def _abort_stalled(self, now: float) -> None:
-        """Detach the links of partial deliveries that got no new bytes for stalledDeliveryTimeoutSeconds
-        (a peer must not pin memory by starting a message and never finishing it). A delivery of a
-        connection we are not reading from (paused) is not stalled by its sender: its clock restarts."""
-        timeout = self.budget.stalled_delivery_timeout
-        for d in self.assembly.stalled(now, timeout):
-            rl = self.assembly.owner_of(d)
-            if rl.conn.paused:
-                self.assembly.touch(d, now)
-                continue
-            self.budget.stalled_aborted += 1
-            size = self.assembly.size_of(d)
-            description = f"delivery made no progress for {timeout:g} s ({size} bytes received)"
-            log.warning("connection %d: link %s detached: %s", rl.engine.id, rl.name, description)
-            rl.conn.links.pop(rl.ptr, None)
-            self._unbind(rl)  # forgets the delivery's bytes
-            rl.engine.close_link(rl.ptr, RESOURCE_LIMIT_EXCEEDED, description)
-
-    def _trim_heap(self, now: float) -> None:
-        """Hand freed memory back to the OS after a burst (wire/memory.py). What the router knows it
-        uses: the buffered bytes (the engines' delivery buffers it does not count; the trimmer backs off
-        when a trim gives little back)."""
-        self.trimmer.tick(now, self.budget.total)
-
-    def on_output_drained(self, engine) -> None:
-        self.output_room(engine.app)
-        self.on_batch_end()
+        routed = self.link_router.links
+        if routed:
+            side = routed.get(raw.delivery_link(d))
+            if side is not None:
+                self.link_router.on_delivery(side, d)
 
     def on_link_flow(self, engine, link) -> None:
-        rl = engine.app.links.get(link)
-        if rl is None:
-            rc = engine.app
-            if rc.mesh is not None and self.inter_router.is_control(rc, link):
-                self.inter_router.control_flow(rc)
-                return
-            routed = self.link_router.links.get(link) if self.link_router.links else None
-            if routed is not None:
-                self.link_router.on_flow(routed)
-            return
-        if rl.incoming:
-            return
-        if self.edge is not None and link in self.edge.waiting and raw.link_credit(link) > 0:
-            self.edge.credit_arrived(rl)
-        if rl.undelivered:
-            self.pump(rl)
-        if raw.link_get_drain(link) and not rl.undelivered:
-            raw.link_drained(link)
-            engine.wake()
+        routed = self.link_router.links
+        if routed:
+            side = routed.get(link)
+            if side is not None:
+                self.link_router.on_flow(side)
+
+    def on_batch_end(self) -> None:
+        self.forwarder.on_batch_end()
+
+    def on_output_drained(self, engine) -> None:
+        forwarder = self.forwarder
+        forwarder.output_room(engine.app)
+        forwarder.on_batch_end()
 
     # -- cold events -----------------------------------------------------------------------------
     def on_connection_open(self, engine) -> None:
@@ -290,12 +289,13 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         """Track a link an auto-link attached; it joins the routing table when the container answers."""
         incoming = auto_link.direction == "in"
         phase_name = auto_link.address
-        rl = RouterLink(link, rc, incoming, None, rc.engine.settings.link_capacity, auto_link.name)
+        rl = RouterLink(link, rc, incoming, None, rc.engine.settings.link_capacity, auto_link.name,
+                        self.forwarder)
         rl.auto_link = auto_link
         key = f"M{auto_link.phase}{phase_name}"
         sem = self.address_config.semantics(phase_name)
-        rl.address = self._bind_address(key, phase_name, sem.distribution, auto_link.phase, sem.pattern)
-        rc.links[link] = rl
+        rl.address = self.addresses.bind(key, phase_name, sem.distribution, auto_link.phase, sem.pattern)
+        self._own(rc, rl)
         return rl
 
     def on_link_opened(self, engine, link) -> None:
@@ -310,15 +310,15 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         addr = rl.address
         if rl.incoming:
             addr.inlinks.add(rl)
-            self.grant_initial_credit(rl)
+            self.forwarder.grant_initial_credit(rl)
         else:
             first = not addr.rlinks
             addr.rlinks.append(rl)
             if first:
-                self.destination_appeared(addr)
-                self.local_destination_added(addr)
+                self._destination_added(addr)
         rl.engine.wake()
 
+    # -- links the peer attaches -------------------------------------------------------------------
     def on_link_open(self, engine, link) -> None:
         lo = raw.link_object(link)
         rc: RouterConnection = engine.app
@@ -336,27 +336,26 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
                 # An edge router's dynamic addresses are reached through its interior (key H<edge id>).
                 scope = f"_edge/{self.id}" if self.edge is not None else f"_topo/0/{self.id}"
                 address = f"amqp:/{scope}/temp.{secrets.token_urlsafe(9)}"
-                addr = self._bind_address(self.parser.key(address), address, CLOSEST)
+                addr = self.addresses.bind(self.parser.key(address), address, CLOSEST)
                 engine.open_link_like_remote(link, source_address=address, dynamic_source=True)
             else:
                 if not src.address:
                     engine.refuse_link(link, "amqp:invalid-field", "receiver needs a source address")
                     return
-                addr = self._address_for(src.address, outgoing=True, waypoint=waypoint_ordinal(src))
+                addr = self.address_for(src.address, outgoing=True, waypoint=waypoint_ordinal(src))
                 if addr is None:
                     engine.refuse_link(link, "amqp:not-found", "Node not found")
                     return
                 engine.open_link_like_remote(link)
-            rl = RouterLink(link, rc, False, addr, capacity, lo.name)
+            rl = RouterLink(link, rc, False, addr, capacity, lo.name, self.forwarder)
             rl.presettled_out = lo.remote_snd_settle_mode == proton.Link.SND_SETTLED
             if src.dynamic:
                 rl.dynamic_address = address
-            rc.links[link] = rl
+            self._own(rc, rl)
             first = not addr.rlinks
             addr.rlinks.append(rl)
             if first:
-                self.destination_appeared(addr)
-                self.local_destination_added(addr)
+                self._destination_added(addr)
             log.debug("outgoing link %s attached to %s", lo.name, addr.key)
         else:  # the peer sends: an incoming link
             tgt = lo.remote_target
@@ -365,43 +364,48 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
                 return
             addr = None
             if tgt.address:
-                addr = self._address_for(tgt.address, outgoing=False, waypoint=waypoint_ordinal(tgt))
+                addr = self.address_for(tgt.address, outgoing=False, waypoint=waypoint_ordinal(tgt))
                 if addr is None:
                     engine.refuse_link(link, "amqp:not-found", "Node not found")
                     return
             engine.open_link_like_remote(link)
-            rl = RouterLink(link, rc, True, addr, capacity, lo.name)
-            rc.links[link] = rl
+            rl = RouterLink(link, rc, True, addr, capacity, lo.name, self.forwarder)
+            self._own(rc, rl)
             if addr is not None:
                 addr.inlinks.add(rl)
                 if self.edge is not None:
                     self.edge.producer_added(addr, tgt.address)
-            self.grant_initial_credit(rl)
+            self.forwarder.grant_initial_credit(rl)
             log.debug("incoming link %s attached to %s", lo.name, addr.key if addr else "(anonymous)")
         engine.wake()
 
+    @staticmethod
+    def _own(rc: RouterConnection, rl: RouterLink) -> None:
+        """``rl`` joins its connection's table, and its engine hands its events to ``rl.owner``."""
+        rc.links[rl.ptr] = rl
+        rc.engine.own_link(rl.ptr, rl)
+
     def on_link_close(self, engine, link, closed: bool) -> None:
-        if self.link_router.links and self.link_router.link_closed(link):
-            engine.wake()
-            return
         rc = engine.app
-        if rc.mesh is not None and self.inter_router.link_closed(rc, link):
-            engine.wake()
-            return
-        rl = rc.links.pop(link, None)
-        if rl is not None:
-            self._unbind(rl)
+        rec = engine.link_record(link)
+        if isinstance(rec, RouterLink):
+            rc.links.pop(link, None)
+            self.unbind_link(rec)
             if self.edge is not None and rc is self.edge.uplink:
-                self.edge.link_lost(rl)
-            if rl.auto_link is not None:
+                self.edge.link_lost(rec)
+            if rec.auto_link is not None:
                 name, description = raw.link_remote_condition(link)
-                self.auto_links.link_closed(rl, f"{name}: {description}" if name else None)
+                self.auto_links.link_closed(rec, f"{name}: {description}" if name else None)
+        elif isinstance(rec, ControlLink):
+            self.inter_router.link_closed(rc, link)
+        elif self.link_router.links:
+            self.link_router.link_closed(link)
         engine.wake()
 
     def on_connection_close(self, engine) -> None:
         rc: RouterConnection = engine.app
         for rl in list(rc.links.values()):
-            self._unbind(rl)
+            self.unbind_link(rl)
         rc.links.clear()
         self.budget.forget(rc)
         self.trimmer.expect_release()
@@ -417,14 +421,116 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         log.info("connection %d from %s closed%s", engine.id, engine.remote_host,
                  f" ({engine.error})" if engine.error else "")
 
+    # -- what other parts and management ask of the router --------------------------------------------
+    def close_link(self, rl: RouterLink, condition: str, description: str) -> None:
+        """Take a link out of routing, forget it and detach it towards its peer with ``condition``."""
+        rc = rl.conn
+        rc.links.pop(rl.ptr, None)
+        self.unbind_link(rl)
+        if self.edge is not None and rc is self.edge.uplink:
+            self.edge.link_lost(rl)
+        rl.engine.close_link(rl.ptr, condition, description)
+
+    def unbind_link(self, rl: RouterLink) -> None:
+        """A link leaves routing (detached, closed, lost with its connection): its address forgets it, what
+        waits on or is unsettled at an outgoing link returns to its producers, its counters go to the
+        router's totals, and its engine stops handing it events (and forgets its half-received bytes)."""
+        if rl.closed:
+            return
+        rl.closed = True
+        rl.engine.disown_link(rl.ptr)
+        self._keep_totals(rl)
+        addr = rl.address
+        if rl.incoming:
+            if addr is not None:
+                addr.inlinks.discard(rl)
+                if self.edge is not None:
+                    self.edge.producer_removed(addr)
+        else:
+            try:
+                addr.rlinks.remove(rl)
+            except ValueError:
+                pass
+            else:
+                if not addr.rlinks:
+                    self._destination_removed(addr)
+            self.forwarder.fail_outgoing(rl)
+        if addr is not None:
+            self.addresses.discard_unused(addr)
+
+    def enqueue(self, ind: InDelivery, links) -> None:
+        """Queue one copy of ``ind`` on each of ``links`` (see Forwarder.enqueue)."""
+        self.forwarder.enqueue(ind, links)
+
+    def add_local_endpoint(self, name: str, handler) -> None:
+        """A router-internal endpoint (e.g. ``$management``): see MeshForwarding.add_local_endpoint."""
+        self.mesh_forwarding.add_local_endpoint(name, handler)
+
+    def send_local(self, msg: bytes) -> bool:
+        """Send a message from the router itself, routed by its ``to``; False when it has no route."""
+        return self.mesh_forwarding.send_local(msg)
+
+    def advertise_key(self, key: str, present: bool) -> None:
+        """A non-address key (a link route with a local container) to advertise or withdraw."""
+        if self.mesh is None:
+            return
+        if present:
+            self.mesh.add_local_address(key, 0)
+        else:
+            self.mesh.remove_local_address(key)
+        self.inter_router.flush()
+
+    def mesh_nodes(self) -> list:
+        """The routing engine's node table (management ``router.node``); empty unless interior."""
+        return self.mesh.nodes() if self.mesh is not None else []
+
+    # -- MeshListener (router/mesh/engine.py): relayed to mesh forwarding and link routes ---------------
+    def routes_changed(self, next_hops: dict, costs: dict, valid_origins: dict, radius: int) -> None:
+        self.mesh_forwarding.routes_changed(next_hops, costs, valid_origins, radius)
+
+    def router_lost(self, router_id: str) -> None:
+        self.link_router.router_lost(router_id)
+        self.mesh_forwarding.router_lost(router_id)
+
+    def remote_address_added(self, router_id: str, key: str, hint: int) -> None:
+        if key[0] in LINK_ROUTE_KEY_CLASSES:
+            self.link_router.remote_added(router_id, key)
+        else:
+            self.mesh_forwarding.remote_address_added(router_id, key, hint)
+
+    def remote_address_removed(self, router_id: str, key: str) -> None:
+        if key[0] in LINK_ROUTE_KEY_CLASSES:
+            self.link_router.remote_removed(router_id, key)
+        else:
+            self.mesh_forwarding.remote_address_removed(router_id, key)
+
+    # -- local destinations, told to the edge uplink and the routing engine ----------------------------
+    def _destination_added(self, addr: Address) -> None:
+        """``addr`` got its first local consumer."""
+        self.forwarder.destination_appeared(addr)
+        if self.edge is not None:
+            self.edge.consumer_added(addr)
+        if self.mesh is not None and P.is_synced_key(addr.key):
+            self.mesh.add_local_address(addr.key, DISTRIBUTION_HINT.get(addr.distribution, P.HINT_ANYCAST_BALANCED))
+            self.inter_router.flush()
+
+    def _destination_removed(self, addr: Address) -> None:
+        """``addr`` lost its last local consumer."""
+        if self.edge is not None:
+            self.edge.consumer_removed(addr)
+        if self.mesh is not None and P.is_synced_key(addr.key):
+            self.mesh.remove_local_address(addr.key)
+            self.inter_router.flush()
+
     # -- binding -----------------------------------------------------------------------------------
-    def _address_for(self, address: str, *, outgoing: bool, waypoint: int | None = None) -> Address | None:
+    def address_for(self, address: str, *, outgoing: bool, waypoint: int | None = None) -> Address | None:
         """The routing entry a link attaches to; None for an unavailable address.
 
         A container that declares itself waypoint N (capability ``qd.waypoint[.N]`` on the terminus that
         names the node) consumes phase N-1 and produces phase N, whatever the address configuration says.
         """
         klass, name = self.parser.parse(address)
+        bind = self.addresses.bind
         if klass == "M":
             sem = self.address_config.semantics(name)
             if sem.distribution == UNAVAILABLE:
@@ -433,11 +539,11 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
                 phase = waypoint - 1 if outgoing else waypoint
             else:
                 phase = sem.out_phase if outgoing else sem.in_phase
-            return self._bind_address(f"M{phase}{name}", name, sem.distribution, phase, sem.pattern)
+            return bind(f"M{phase}{name}", name, sem.distribution, phase, sem.pattern)
         if klass == "L":
-            return self._bind_address("L" + name, name, CLOSEST)
-        # Another router's address: no mesh yet in standalone mode.
-        return self._bind_address(klass + name, name, CLOSEST)
+            return bind("L" + name, name, CLOSEST)
+        # Another router's address (R), or an edge router's (H): closest.
+        return bind(klass + name, name, CLOSEST)
 
     def _keep_totals(self, rl: RouterLink) -> None:
         t = self.closed_link_totals
@@ -448,34 +554,3 @@ class Router(MeshForwarding, FlowHooks, Forwarder, ConnectionHandler):
         if rl.conn is not None and rl.conn.role == "route-container":
             key = direction + "RouteContainer"
             t[key] = t.get(key, 0) + rl.delivery_count
-
-    def _bind_address(self, key: str, name: str, distribution: str, phase: int = 0, pattern=None) -> Address:
-        addr = self.addresses.get(key)
-        if addr is None:
-            addr = self.addresses[key] = Address(key, name, phase, distribution, pattern)
-        return addr
-
-    def _unbind(self, rl: RouterLink) -> None:
-        if rl.closed:
-            return
-        rl.closed = True
-        self._keep_totals(rl)
-        addr = rl.address
-        if rl.incoming:
-            if addr is not None:
-                addr.inlinks.discard(rl)
-                if self.edge is not None:
-                    self.edge.producer_removed(addr)
-            if self.assembly:
-                self.budget.total -= self.assembly.drop_owner(rl)
-        else:
-            try:
-                addr.rlinks.remove(rl)
-            except ValueError:
-                pass
-            else:
-                if not addr.rlinks:
-                    self.local_destination_removed(addr)
-            self.fail_outgoing(rl)
-        if addr is not None and addr.unused and self.addresses.get(addr.key) is addr:
-            del self.addresses[addr.key]

@@ -172,22 +172,17 @@ async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED)
             router.flow.close()  # the last file gets its final name
 
 
-def attach_agent(router: Router, agent: ManagementAgent) -> bool:
+def attach_agent(router: Router, agent: ManagementAgent) -> None:
     """Serve ``$management`` (also ``_local/$management`` and ``_topo/0/<id>/$management``) from the
     router's own local endpoint: requests arrive as message bytes, replies leave through the router."""
-    add = getattr(router, "add_local_endpoint", None)
-    send = getattr(router, "send_local", None)
-    if add is None or send is None:
-        log.warning("this router core has no local endpoints: $management is not served")
-        return False
+    send = router.send_local
 
     def on_request(msg: bytes) -> None:
         reply = agent.handle(msg)
         if reply is not None:
             send(reply)
 
-    add(MANAGEMENT_ADDRESS, on_request)
-    return True
+    router.add_local_endpoint(MANAGEMENT_ADDRESS, on_request)
 
 
 async def _serve(router: Router, cfg: RouterConfig, signals, task_status) -> None:

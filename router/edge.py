@@ -1,6 +1,7 @@
 """Edge mode: a router with one uplink (role ``edge``) to an interior router and no routing protocol.
 
-Reference §4.5, simplified to what links can express (no address-tracking link yet):
+Qpid Dispatch 1.19's edge mode (src/router_core/modules/edge_router/), simplified to what links can
+express (no address-tracking link yet):
 
 * For every mobile address with a **local consumer** the edge keeps an incoming link from the interior
   (a receiver on the uplink with that source address), so the interior — and through it the mesh —
@@ -19,21 +20,53 @@ The interior treats an ``edge`` connection like a client connection; that is all
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from wire import raw
 from router.addresses import Address
-from router.links import RouterConnection, RouterLink
+from router.links import InDelivery, RouterConnection, RouterLink
 
 log = logging.getLogger("router.edge")
 
 UPLINK_ROLE = "edge"
 
 
-class EdgeUplink:
-    """The uplink's links for one edge router."""
+class UplinkForwarding(Protocol):
+    """What the uplink needs of the forwarder (router/forwarder.py's Forwarder): it is also the owner
+    the uplink hands its links' events on to."""
 
-    def __init__(self, router):
-        self.router = router
+    def grant_initial_credit(self, il: RouterLink) -> None: ...
+
+    def enqueue(self, ind: InDelivery, links) -> None: ...
+
+    def destination_appeared(self, addr: Address) -> None: ...
+
+    def on_message(self, engine, rl: RouterLink, d, msg: bytes | None) -> None: ...
+
+    def on_partial(self, engine, rl: RouterLink, d, held: int) -> int: ...
+
+    def on_delivery_update(self, engine, rl: RouterLink, d) -> None: ...
+
+    def on_link_flow(self, engine, rl: RouterLink) -> None: ...
+
+    def on_oversized(self, engine, rl: RouterLink, d, limit: int) -> None: ...
+
+
+class LinkUnbinder(Protocol):
+    """What the uplink needs of the router when it drops one of its links (router/core.py)."""
+
+    def unbind_link(self, rl: RouterLink) -> None: ...
+
+
+class EdgeUplink:
+    """The uplink's links for one edge router. It owns the senders it attaches (wire's LinkOwner): the
+    first credit on one tells it the mesh has a destination; every event then goes on to the forwarder."""
+
+    def __init__(self, router_id: str, addresses: dict, forwarder: UplinkForwarding, links: LinkUnbinder):
+        self.id = router_id
+        self.addresses = addresses
+        self.forwarder = forwarder
+        self.links = links
         self.uplink: RouterConnection | None = None
         self.session = None
         self.anonymous: RouterLink | None = None
@@ -50,18 +83,18 @@ class EdgeUplink:
         self.uplink = rc
         self.session = rc.engine.connection.session()
         self.session.open()
-        lo = self.session.sender(f"{self.router.id}.edge.anonymous")
+        lo = self.session.sender(f"{self.id}.edge.anonymous")
         lo.open()
         # Egress on the anonymous link is counted on an address record of its own (not in the table).
         self.anonymous = self._track(lo, Address("-edge-uplink", "(uplink)", 0, "closest"), incoming=False)
-        self.waiting.discard(lo._impl)  # anonymous: usable whenever it has credit
+        self.waiting.discard(self.anonymous.ptr)  # anonymous: usable whenever it has credit
         # Everything addressed to this edge (its dynamic reply addresses) comes down one link: the
         # interior binds _edge/<id> (key H<id>) to it and advertises it to the mesh.
-        down = self.session.receiver(f"{self.router.id}.edge.down")
-        down.source.address = f"_edge/{self.router.id}"
+        down = self.session.receiver(f"{self.id}.edge.down")
+        down.source.address = f"_edge/{self.id}"
         down.open()
         self.down = self._track(down, None, incoming=True)
-        for addr in list(self.router.addresses.values()):
+        for addr in list(self.addresses.values()):
             if addr.key[0] != "M":
                 continue
             if addr.rlinks:
@@ -85,14 +118,18 @@ class EdgeUplink:
 
     def _track(self, lo, addr, *, incoming: bool) -> RouterLink:
         rc = self.uplink
-        rl = RouterLink(lo._impl, rc, incoming, addr, rc.engine.settings.link_capacity, lo.name)
-        rc.links[lo._impl] = rl
+        ptr = raw.pointer(lo)
+        # Incoming links go straight to the forwarder; senders through this uplink (first credit).
+        owner = self.forwarder if incoming else self
+        rl = RouterLink(ptr, rc, incoming, addr, rc.engine.settings.link_capacity, lo.name, owner)
+        rc.links[ptr] = rl
+        rc.engine.own_link(ptr, rl)
         if incoming:
             if addr is not None:
                 addr.inlinks.add(rl)
-            self.router.grant_initial_credit(rl)
+            self.forwarder.grant_initial_credit(rl)
         else:
-            self.waiting.add(lo._impl)
+            self.waiting.add(ptr)
         rc.engine.wake()
         return rl
 
@@ -100,7 +137,7 @@ class EdgeUplink:
     def consumer_added(self, addr) -> None:
         if self.uplink is None or addr.key in self.receivers or addr.key[0] != "M":
             return
-        lo = self.session.receiver(f"{self.router.id}.edge.in.{addr.key}")
+        lo = self.session.receiver(f"{self.id}.edge.in.{addr.key}")
         lo.source.address = addr.name
         lo.target.address = addr.name
         lo.open()
@@ -120,7 +157,7 @@ class EdgeUplink:
         target = addr.name if addr.key[0] == "M" else link_address
         if not target:
             return
-        lo = self.session.sender(f"{self.router.id}.edge.out.{addr.key}")
+        lo = self.session.sender(f"{self.id}.edge.out.{addr.key}")
         lo.target.address = target
         lo.source.address = target
         lo.open()
@@ -138,7 +175,7 @@ class EdgeUplink:
         rc = rl.conn
         rc.links.pop(rl.ptr, None)
         self.waiting.discard(rl.ptr)
-        self.router._unbind(rl)
+        self.links.unbind_link(rl)
         raw.link_object(rl.ptr).close()
         rc.engine.wake()
 
@@ -157,7 +194,7 @@ class EdgeUplink:
         had = addr.has_destination
         addr.remote = addr.remote + [rl]
         if not had:
-            self.router.destination_appeared(addr)
+            self.forwarder.destination_appeared(addr)
 
     def link_lost(self, rl: RouterLink) -> None:
         """An uplink link was detached (by the interior or the connection)."""
@@ -176,5 +213,23 @@ class EdgeUplink:
         up = self.anonymous
         if up is None or ind.link.conn is self.uplink or up.closed:
             return False
-        self.router._enqueue(ind, (up,))
+        self.forwarder.enqueue(ind, (up,))
         return True
+
+    # -- LinkOwner of the uplink's senders (wire/assembly.py): credit first, then the forwarder -------
+    def on_link_flow(self, engine, rl: RouterLink) -> None:
+        if rl.ptr in self.waiting and raw.link_credit(rl.ptr) > 0:
+            self.credit_arrived(rl)
+        self.forwarder.on_link_flow(engine, rl)
+
+    def on_delivery_update(self, engine, rl: RouterLink, d) -> None:
+        self.forwarder.on_delivery_update(engine, rl, d)
+
+    def on_message(self, engine, rl: RouterLink, d, msg: bytes | None) -> None:
+        self.forwarder.on_message(engine, rl, d, msg)
+
+    def on_partial(self, engine, rl: RouterLink, d, held: int) -> int:
+        return self.forwarder.on_partial(engine, rl, d, held)
+
+    def on_oversized(self, engine, rl: RouterLink, d, limit: int) -> None:
+        self.forwarder.on_oversized(engine, rl, d, limit)

@@ -22,39 +22,43 @@ OUTCOME_NAMES = {raw.ACCEPTED: "accepted", raw.REJECTED: "rejected", raw.RELEASE
 
 
 class FlowHooks:
-    """Mixin for :class:`router.core.Router`: the record calls the forwarder makes when ``flow`` is set."""
+    """The flow-record calls the forwarder makes when flow records are configured
+    (:class:`router.forwarder.FlowRecords`); ``recorder`` is the :class:`wire.flowrecords.FlowRecorder`."""
 
-    flow = None  # wire.flowrecords.FlowRecorder, set when configured
+    def __init__(self, router_id: str, recorder):
+        self.id = router_id
+        self.recorder = recorder
 
-    def flow_ingress(self, ind, rl, msg: bytes) -> None:
+    def ingress(self, ind, rl, msg: bytes) -> None:
         try:
             mid = message_id_str(properties_fields(msg, 1)[0])
-            if not self.flow.wants(mid):
+            if not self.recorder.wants(mid):
                 return  # most messages at a low sample rate: only the message-id was decoded
             address = rl.address.name if rl.address is not None else properties_fields(msg, 3)[2]
         except CodecError:
             return
         ind.flow = mid or ""
-        self.flow.record("ingress", conn=rl.conn.engine.id if rl.conn else None, link=rl.id,
-                         address=address, phase=rl.address.phase if rl.address is not None else None,
-                         mid=mid, size=len(msg))
+        self.recorder.record("ingress", conn=rl.conn.engine.id if rl.conn else None, link=rl.id,
+                             address=address, phase=rl.address.phase if rl.address is not None else None,
+                             mid=mid, size=len(msg))
 
-    def flow_egress(self, ol, ind) -> None:
+    def egress(self, ol, ind) -> None:
         addr = ol.address
         trace = None
         if ol.inter_router:
             ra = ind.ra
             trace = list(ra.trace or ()) + [self.id] if ra is not None else [self.id]
-        self.flow.record("egress", conn=ol.conn.engine.id, link=ol.id,
-                         address=addr.name if addr is not None else None,
-                         phase=addr.phase if addr is not None else None,
-                         mid=ind.flow or None, size=len(ind.msg) if ind.msg is not None else None, trace=trace)
+        self.recorder.record("egress", conn=ol.conn.engine.id, link=ol.id,
+                             address=addr.name if addr is not None else None,
+                             phase=addr.phase if addr is not None else None,
+                             mid=ind.flow or None, size=len(ind.msg) if ind.msg is not None else None,
+                             trace=trace)
 
-    def flow_settle(self, ind, state: int) -> None:
+    def settle(self, ind, state: int) -> None:
         link = ind.link
-        self.flow.record("settle", conn=link.conn.engine.id if link.conn else None,
-                         link=getattr(link, "id", None), mid=ind.flow or None,
-                         outcome=OUTCOME_NAMES.get(state, str(state)))
+        self.recorder.record("settle", conn=link.conn.engine.id if link.conn else None,
+                             link=link.id, mid=ind.flow or None,
+                             outcome=OUTCOME_NAMES.get(state, str(state)))
 
 
 def recorder_from_config(cfg, node_id: str):

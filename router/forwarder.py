@@ -22,13 +22,18 @@ straight through costs one counter per queue and a few additions per send.
 from __future__ import annotations
 
 import itertools
+import logging
+from typing import Callable, Protocol
 
 from wire import raw
 from wire.annotations import strip_router_annotations
+from wire.assembly import KEEP
 from wire.codec import CodecError, message_to
-from router.addresses import CLOSEST, MULTICAST, UNAVAILABLE
+from router.addresses import CLOSEST, MULTICAST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
 from router.budget import BufferBudget
 from router.links import InDelivery, RouterLink
+
+log = logging.getLogger("router.core")
 
 ACCEPTED = raw.ACCEPTED
 REJECTED = raw.REJECTED
@@ -46,6 +51,7 @@ _delivery_settled = raw.delivery_settled
 _delivery_remote_state = raw.delivery_remote_state
 _link_credit = raw.link_credit
 _link_flow = raw.link_flow
+_link_get_drain = raw.link_get_drain
 _send_message = raw.send_message
 _send_ring_tagged = raw.send_ring_tagged
 
@@ -55,15 +61,54 @@ def unsettled_bytes(rc) -> int:
     return sum(ind.size for rl in rc.links.values() if not rl.incoming for ind in rl.unsettled.values())
 
 
+class SpecialPath(Protocol):
+    """What the forwarder hands to :class:`router.meshforward.MeshForwarding`: messages that do not take
+    the plain path (from or to other routers, to router-internal endpoints, without an address)."""
+
+    def mesh_message_in(self, ind: InDelivery, msg: bytes) -> None: ...
+
+    def forward_special(self, ind: InDelivery, addr: Address) -> None: ...
+
+    def annotated(self, ind: InDelivery, addr: Address, msg: bytes) -> bytes: ...
+
+    def unaddressed(self, ind: InDelivery, to: str | None) -> None: ...
+
+
+class LinkKeeper(Protocol):
+    """What the forwarder asks of the router when it must drop a link (router/core.py's Router)."""
+
+    def unbind_link(self, rl: RouterLink) -> None: ...
+
+
+class FlowRecords(Protocol):
+    """The flow-record calls of :class:`router.flowhooks.FlowHooks` (set only when flow records are on)."""
+
+    def ingress(self, ind: InDelivery, rl: RouterLink, msg: bytes) -> None: ...
+
+    def egress(self, ol: RouterLink, ind: InDelivery) -> None: ...
+
+    def settle(self, ind: InDelivery, state: int) -> None: ...
+
+
 class Forwarder:
-    """Message forwarding for one router. ``Router`` (router/core.py) adds the cold paths."""
+    """Message forwarding for one router, and the :class:`wire.assembly.LinkOwner` of its message links
+    (the engine hands it whole messages, outcomes and credit of every :class:`RouterLink`).
 
-    # Set by Router: key -> Address, the address parser, counters.
-    addresses: dict
-    parser: object
+    Collaborators are explicit: ``links`` (the router, to drop a link it must close), ``flow`` (flow
+    records or None) and, once :meth:`use_special_path` is called, the mesh/special path.
+    """
 
-    def _init_forwarder(self, budget: BufferBudget | None = None) -> None:
-        self.budget = budget or BufferBudget()
+    def __init__(self, *, addresses: dict, parser: AddressParser, address_config: AddressConfigTable,
+                 budget: BufferBudget, clock: Callable[[], float], links: LinkKeeper,
+                 flow: FlowRecords | None = None):
+        self.addresses = addresses
+        self.parser = parser
+        self.address_config = address_config
+        self.budget = budget
+        self._clock = clock
+        self.links = links
+        self.flow = flow
+        self.special: SpecialPath | None = None
         # incoming delivery -> (outgoing link, outgoing delivery, InDelivery) for anycast outcomes that
         # reached the producer before either side settled
         self._mirrored: dict = {}
@@ -73,9 +118,42 @@ class Forwarder:
         self.deliveries_no_route = 0
         self.rejected_unavailable = 0
 
+    def use_special_path(self, special: SpecialPath) -> None:
+        """Hand special messages (mesh, router-internal endpoints, no address) to ``special``. The one
+        wiring step after construction: the special path forwards through this forwarder in turn."""
+        self.special = special
+
+    # -- LinkOwner: the engine's events of a RouterLink (wire/assembly.py) -------------------------------
+    def on_partial(self, engine, rl: RouterLink, d, held: int) -> int:
+        """Bytes of a multi-frame message arrived; the assembler has charged them to the budget's total
+        (Router.on_held). They never pause their own connection (the message could not complete), but
+        past the router-wide limit the connections holding bytes are paused."""
+        budget = self.budget
+        if budget.total > budget.total_high:
+            budget.over(rl.conn)
+        return KEEP
+
+    def on_oversized(self, engine, rl: RouterLink, d, limit: int) -> None:
+        """The engine refused a message over maxMessageSize and closes the link: forget the link."""
+        rl.conn.links.pop(rl.ptr, None)
+        self.links.unbind_link(rl)
+        log.warning("connection %d: message larger than the %d-byte limit of this connection on link %s",
+                    engine.id, limit, rl.name)
+
+    def on_link_flow(self, engine, rl: RouterLink) -> None:
+        if rl.incoming:
+            return
+        if rl.undelivered:
+            self.pump(rl)
+        link = rl.ptr
+        if _link_get_drain(link) and not rl.undelivered:
+            raw.link_drained(link)
+            engine.wake()
+
     # -- arrival ------------------------------------------------------------------------------------
-    def message_in(self, rl: RouterLink, d, msg: bytes) -> None:
-        """A complete message arrived on incoming link ``rl`` (already advanced past)."""
+    def on_message(self, engine, rl: RouterLink, d, msg: bytes | None) -> None:
+        """A complete message arrived on incoming link ``rl`` (already advanced past). Never None: the
+        forwarder does not discard messages while they arrive."""
         presettled = _delivery_settled(d)
         if presettled:
             _delivery_settle(d)
@@ -86,9 +164,9 @@ class Forwarder:
         rl.delivery_count += 1
         rl.outstanding += 1
         if self.flow is not None:
-            self.flow_ingress(ind, rl, msg)
+            self.flow.ingress(ind, rl, msg)
         if rl.keep_in:  # from a neighbour router, or a connection whose annotations are trusted
-            self.mesh_message_in(ind, msg)
+            self.special.mesh_message_in(ind, msg)
             return
         # Sections come in order, so when the first one is properties (0x73) or later there is no
         # message-annotations section to look into; only then is the byte scan skipped.
@@ -97,42 +175,41 @@ class Forwarder:
             try:
                 ind.msg = strip_router_annotations(msg)
             except CodecError as exc:
-                self._reject(ind, "amqp:decode-error", f"malformed message annotations: {exc}")
+                self.reject(ind, "amqp:decode-error", f"malformed message annotations: {exc}")
                 return
         addr = rl.address
         if addr is None:
             try:
                 to = message_to(msg)
             except CodecError as exc:
-                self._reject(ind, "amqp:decode-error", f"malformed message: {exc}")
+                self.reject(ind, "amqp:decode-error", f"malformed message: {exc}")
                 return
             addr = self.addresses.get(self.parser.key_for_to(to)) if to else None
             if addr is None:
-                if self.edge is None or not self.edge.fallback(ind):
-                    self._no_route(ind, to)
+                self.special.unaddressed(ind, to)
                 return
         if rl.from_edge:  # never back down the edge it came up from (DISPATCH-1156)
-            self.forward_special(ind, addr)
+            self.special.forward_special(ind, addr)
             return
         self.forward(ind, addr)
 
     def forward(self, ind: InDelivery, addr) -> None:
         if addr.remote or addr.handler is not None:
-            # Other routers or a router-internal endpoint take this address (router/interrouter.py).
-            self.forward_special(ind, addr)
+            # Other routers or a router-internal endpoint take this address (router/meshforward.py).
+            self.special.forward_special(ind, addr)
             return
         rlinks = addr.rlinks
         if not rlinks:
-            self._no_route(ind, addr.name)
+            self.no_route(ind, addr.name)
             return
         addr.deliveries_ingress += 1
         dist = addr.distribution
         if dist == MULTICAST:
             ind.multicast = True
-            self._enqueue(ind, rlinks)
+            self.enqueue(ind, rlinks)
             return
         if dist == UNAVAILABLE:  # attaches are refused, so only a reconfigured address gets here
-            self._reject(ind, "amqp:not-found", f"address {addr.name} is unavailable")
+            self.reject(ind, "amqp:not-found", f"address {addr.name} is unavailable")
             return
         if len(rlinks) == 1:
             ol = rlinks[0]
@@ -149,7 +226,7 @@ class Forwarder:
             ol.dirty = True
             self._dirty.append(ol)
 
-    def _enqueue(self, ind: InDelivery, links) -> None:
+    def enqueue(self, ind: InDelivery, links) -> None:
         """Queue one copy on each link, to go at the end of the batch. Every copy is counted before any
         is sent: credit and the message bytes are released when the last copy has left, not the first."""
         n = len(links)
@@ -256,7 +333,7 @@ class Forwarder:
             if mesh:
                 body = ind.mesh_msg
                 if body is None:  # a client connection that keeps annotations: made on first need
-                    body = ind.mesh_msg = self._annotated(ind, ol.address, ind.msg)
+                    body = ind.mesh_msg = self.special.annotated(ind, ol.address, ind.msg)
             if ring_ok:
                 od = _send_ring_tagged(ptr, seq, body)
             else:  # more unsettled than the tag ring holds: unique tags the slow way
@@ -265,7 +342,7 @@ class Forwarder:
             sent += 1
             out_bytes += len(body)
             if ind.flow is not None:
-                self.flow_egress(ol, ind)
+                self.flow.egress(ol, ind)
             if ind.ptr is None or presettled_out:
                 _delivery_settle(od)
                 ind.copies -= 1
@@ -276,7 +353,7 @@ class Forwarder:
                 unsettled[od] = ind
             ind.buffered -= 1
             if ind.buffered == 0:
-                self._left_buffer(ind)
+                self.left_buffer(ind)
         ol.tag_seq = seq
         engine.out_pending += out_bytes
         # An upper bound of the bytes unsettled at this connection: settlements do not subtract (that
@@ -319,7 +396,7 @@ class Forwarder:
             if not rl.incoming and rl.undelivered and not rl.closed:
                 self.pump(rl)
 
-    def _left_buffer(self, ind: InDelivery) -> None:
+    def left_buffer(self, ind: InDelivery) -> None:
         """The last queued copy of a delivery left the router: the producer earns its credit back."""
         il = ind.link
         il.outstanding -= 1
@@ -351,8 +428,13 @@ class Forwarder:
             il.owed_credit = owed
 
     # -- outcomes ---------------------------------------------------------------------------------
-    def outgoing_update(self, ol: RouterLink, d) -> None:
-        """A disposition arrived for one of our outgoing deliveries."""
+    def on_delivery_update(self, engine, ol: RouterLink, d) -> None:
+        """A disposition arrived for one of our outgoing deliveries; or, on an incoming link, the producer
+        settled a delivery already taken (only one whose outcome was mirrored matters)."""
+        if ol.incoming:
+            if self._mirrored and _delivery_settled(d):
+                self.producer_settled(d)
+            return
         state = _delivery_remote_state(d)
         if not _delivery_settled(d):
             if state in raw.TERMINAL_STATES:
@@ -373,7 +455,7 @@ class Forwarder:
                     self._mirrored.pop(in_ptr, None)
                 il = ind.link
                 if ind.flow is not None:
-                    self.flow_settle(ind, ACCEPTED)
+                    self.flow.settle(ind, ACCEPTED)
                 if not il.closed:
                     _delivery_update(in_ptr, ACCEPTED)
                     _delivery_settle(in_ptr)
@@ -470,7 +552,7 @@ class Forwarder:
             return
         ind.ptr = None
         if ind.flow is not None:
-            self.flow_settle(ind, state)
+            self.flow.settle(ind, state)
         mirrored = False
         if self._mirrored and self._mirrored.pop(in_ptr, None) is not None:
             mirrored = True  # the producer already has an outcome; only settlement is missing
@@ -488,12 +570,12 @@ class Forwarder:
         _delivery_settle(in_ptr)
         il.engine.wake()
 
-    def _settle_upstream(self, ind: InDelivery, state: int) -> None:
+    def settle_upstream(self, ind: InDelivery, state: int) -> None:
         """Settle a delivery that went nowhere (no route, rejected here)."""
         in_ptr = ind.ptr
         ind.ptr = None
         if ind.flow is not None and in_ptr is not None:
-            self.flow_settle(ind, state)
+            self.flow.settle(ind, state)
         if in_ptr is not None and not ind.link.closed:
             if state == MODIFIED:
                 raw.set_modified(in_ptr, failed=True)
@@ -502,24 +584,25 @@ class Forwarder:
             _delivery_settle(in_ptr)
             ind.link.engine.wake()
 
-    def _no_route(self, ind: InDelivery, to) -> None:
+    def no_route(self, ind: InDelivery, to) -> None:
         """Fanout 0: released when unsettled, dropped and counted when pre-settled; unavailable rejects."""
         if to and self._is_unavailable(to):
             self.rejected_unavailable += 1
-            self._reject(ind, "amqp:not-found", f"address {to} is unavailable")
+            self.reject(ind, "amqp:not-found", f"address {to} is unavailable")
             return
         if ind.ptr is None:
             self.dropped_presettled += 1
         else:
             self.deliveries_no_route += 1
-            self._settle_upstream(ind, RELEASED)
+            self.settle_upstream(ind, RELEASED)
         ind.msg = None
-        self._left_buffer(ind)
+        self.left_buffer(ind)
 
-    def _reject(self, ind: InDelivery, condition: str, description: str) -> None:
+    def reject(self, ind: InDelivery, condition: str, description: str) -> None:
+        """Reject a delivery here (settled with ``condition``), or count it when it came pre-settled."""
         in_ptr = ind.ptr
         if ind.flow is not None and in_ptr is not None:
-            self.flow_settle(ind, REJECTED)
+            self.flow.settle(ind, REJECTED)
         ind.ptr = None
         ind.msg = None
         if in_ptr is not None and not ind.link.closed:
@@ -528,7 +611,7 @@ class Forwarder:
             ind.link.engine.wake()
         elif in_ptr is None:
             self.dropped_presettled += 1
-        self._left_buffer(ind)
+        self.left_buffer(ind)
 
     def _is_unavailable(self, to: str) -> bool:
         klass, name = self.parser.parse(to)
@@ -549,7 +632,7 @@ class Forwarder:
             ind.buffered -= 1
             self._copy_done(ind, RELEASED, None)
             if ind.buffered == 0:
-                self._left_buffer(ind)
+                self.left_buffer(ind)
         unsettled = ol.unsettled
         ol.unsettled = {}
         if unsettled and ol.engine.output_blocked:

@@ -9,8 +9,9 @@ src/router_core/connections.c):
 
 The listener side accepts whatever the peer attaches and classifies links by capability. This module
 moves control messages between those links and the routing engine (:mod:`router.mesh`), which owns the
-protocol; data links become ordinary :class:`~router.links.RouterLink` records flagged ``inter_router``
-so the forwarder can use them. A message goes on the data link of its header priority (4, Dispatch's
+protocol: it is the :class:`wire.assembly.LinkOwner` of the control links (:class:`ControlLink` records).
+Data links become ordinary :class:`~router.links.RouterLink` records flagged ``inter_router``, owned by
+the forwarder like any message link. A message goes on the data link of its header priority (4, Dispatch's
 default, when it has no header); messages are accepted on any of them.
 """
 
@@ -19,29 +20,52 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
+from typing import Callable, Protocol
 
 import proton
 
 from wire import raw
+from wire.assembly import KEEP
 from wire.connection import printable
+from wire.header import DEFAULT_PRIORITY
 from wire.terminus import capabilities
 from router.addresses import Address
 from router.links import RouterConnection, RouterLink
-from router.mesh.protocol import DUPLICATE_ID_CONDITION, DUPLICATE_ID_REASON
+from router.mesh.protocol import (CAP_ROUTER_CONTROL, CAP_ROUTER_DATA, DATA_LINK_PRIORITIES,
+                                  DUPLICATE_ID_CONDITION, DUPLICATE_ID_REASON, OPEN_COST)
 
 log = logging.getLogger("router.mesh")
 
-CONTROL_CAPABILITY = "qd.router"
-DATA_CAPABILITY = "qd.router-data"
-PRIORITIES = 10
-DEFAULT_PRIORITY = 4  # QDR_DEFAULT_PRIORITY
 # A control link's credit: control traffic is small, but a burst of MAUs/LSUs after a restart must not
 # stall the protocol.
 CONTROL_CREDIT = 1000
-OPEN_COST_PROPERTY = "qd.inter-router-cost"
-OPEN_ANNOTATIONS_VERSION = "qd.annotations-version"
 
 _tags = itertools.count(1)
+
+
+class DataLinks(Protocol):
+    """What inter-router data links need of the forwarder (router/forwarder.py)."""
+
+    def grant_initial_credit(self, il: RouterLink) -> None: ...
+
+
+class RemoteRoutes(Protocol):
+    """What a change of data links needs of mesh forwarding (router/meshforward.py)."""
+
+    def data_links_changed(self) -> None: ...
+
+
+class ControlLink:
+    """One control link of an inter-router connection, as the engine knows it (wire's link record)."""
+
+    __slots__ = ("ptr", "rc", "owner", "incoming", "max_message_size")
+
+    def __init__(self, ptr, rc: RouterConnection, owner: "InterRouterLinks", *, incoming: bool):
+        self.ptr = ptr
+        self.rc = rc
+        self.owner = owner
+        self.incoming = incoming
+        self.max_message_size = 0  # control messages are small; the peer is a router we connected to
 
 
 class MeshConnection:
@@ -77,27 +101,28 @@ def _set_capability(terminus, cap: str) -> None:
 
 
 class InterRouterLinks:
-    """Glue between inter-router connections and the router's routing engine."""
+    """Glue between inter-router connections and the router's routing engine (``routing``: a
+    :class:`router.mesh.engine.RoutingEngine`, None unless the router is interior)."""
 
-    def __init__(self, router):
-        self.router = router
-
-    @property
-    def engine(self):
-        return self.router.mesh
+    def __init__(self, routing, *, data_links: DataLinks, remote_routes: RemoteRoutes,
+                 clock: Callable[[], float]):
+        self.engine = routing
+        self.data_links = data_links
+        self.remote_routes = remote_routes
+        self._clock = clock
 
     # -- connection life -------------------------------------------------------------------------
     def connection_opened(self, rc: RouterConnection) -> None:
         engine = rc.engine
         if self.engine is not None:
-            refusal = self.engine.check_open(engine.remote_container, _name(rc), self.router.now())
+            refusal = self.engine.check_open(engine.remote_container, _name(rc), self._clock())
             if refusal is not None:
                 engine.close(DUPLICATE_ID_CONDITION, refusal)
                 return
         props = engine.connection.remote_properties or {}
         peer_cost = 1
         try:
-            peer_cost = int(props.get(proton.symbol(OPEN_COST_PROPERTY), props.get(OPEN_COST_PROPERTY, 1)) or 1)
+            peer_cost = int(props.get(proton.symbol(OPEN_COST), props.get(OPEN_COST, 1)) or 1)
         except (TypeError, ValueError):
             pass
         cost = max(int(getattr(engine.settings, "cost", 1) or 1), peer_cost, 1)
@@ -111,28 +136,28 @@ class InterRouterLinks:
         ssn = conn.session()
         ssn.open()
         snd = ssn.sender("qdlink.control.out")
-        _set_capability(snd.target, CONTROL_CAPABILITY)
-        _set_capability(snd.source, CONTROL_CAPABILITY)
+        _set_capability(snd.target, CAP_ROUTER_CONTROL)
+        _set_capability(snd.source, CAP_ROUTER_CONTROL)
         snd.snd_settle_mode = proton.Link.SND_SETTLED
         snd.open()
         rcv = ssn.receiver("qdlink.control.in")
-        _set_capability(rcv.source, CONTROL_CAPABILITY)
-        _set_capability(rcv.target, CONTROL_CAPABILITY)
+        _set_capability(rcv.source, CAP_ROUTER_CONTROL)
+        _set_capability(rcv.target, CAP_ROUTER_CONTROL)
         rcv.snd_settle_mode = proton.Link.SND_SETTLED
         rcv.open()
-        self._register_control(rc, snd._impl, outgoing=True)
-        self._register_control(rc, rcv._impl, outgoing=False)
-        for prio in range(PRIORITIES):
+        self._register_control(rc, raw.pointer(snd), outgoing=True)
+        self._register_control(rc, raw.pointer(rcv), outgoing=False)
+        for prio in range(DATA_LINK_PRIORITIES):
             ssn = conn.session()
             ssn.open()
             snd = ssn.sender(f"qdlink.data.out.{prio}")
-            _set_capability(snd.target, DATA_CAPABILITY)
+            _set_capability(snd.target, CAP_ROUTER_DATA)
             snd.open()
             rcv = ssn.receiver(f"qdlink.data.in.{prio}")
-            _set_capability(rcv.source, DATA_CAPABILITY)
+            _set_capability(rcv.source, CAP_ROUTER_DATA)
             rcv.open()
-            self._register_data(rc, snd._impl, outgoing=True, priority=prio)
-            self._register_data(rc, rcv._impl, outgoing=False, priority=prio)
+            self._register_data(rc, raw.pointer(snd), outgoing=True, priority=prio)
+            self._register_data(rc, raw.pointer(rcv), outgoing=False, priority=prio)
 
     def link_open(self, engine, link, lo) -> bool:
         """A peer-initiated attach on an inter-router connection: True if it was a mesh link."""
@@ -140,11 +165,11 @@ class InterRouterLinks:
         if rc.mesh is None:
             return False
         caps = set(capabilities(lo.remote_source.capabilities)) | set(capabilities(lo.remote_target.capabilities))
-        if CONTROL_CAPABILITY in caps:
+        if CAP_ROUTER_CONTROL in caps:
             engine.open_link_like_remote(link)
             self._register_control(rc, link, outgoing=lo.is_sender)
             return True
-        if DATA_CAPABILITY in caps:
+        if CAP_ROUTER_DATA in caps:
             engine.open_link_like_remote(link)
             prio = DEFAULT_PRIORITY
             name = lo.name or ""
@@ -161,25 +186,29 @@ class InterRouterLinks:
         else:
             m.control_in = link
             raw.link_flow(link, CONTROL_CREDIT)
+        rc.engine.own_link(link, ControlLink(link, rc, self, incoming=not outgoing))
         self._maybe_up(rc)
 
     def _register_data(self, rc: RouterConnection, link, *, outgoing: bool, priority: int) -> None:
         m = rc.mesh
         capacity = rc.engine.settings.link_capacity
+        owner = self.data_links
         if outgoing:
-            rl = RouterLink(link, rc, False, m.placeholder, capacity, f"data.out.{priority}")
+            rl = RouterLink(link, rc, False, m.placeholder, capacity, f"data.out.{priority}", owner)
             rl.inter_router = rl.annotate_out = True
             rc.links[link] = rl
+            rc.engine.own_link(link, rl)
             m.data_links[priority] = rl
             if priority == DEFAULT_PRIORITY or m.data_out is None:
                 m.data_out = rl
         else:
-            rl = RouterLink(link, rc, True, None, capacity, f"data.in.{priority}")
+            rl = RouterLink(link, rc, True, None, capacity, f"data.in.{priority}", owner)
             rl.inter_router = rl.keep_in = True
             rc.links[link] = rl
-            self.router.grant_initial_credit(rl)
+            rc.engine.own_link(link, rl)
+            self.data_links.grant_initial_credit(rl)
         if m.up:
-            self.router.mesh_data_links_changed()
+            self.remote_routes.data_links_changed()
 
     def _maybe_up(self, rc: RouterConnection) -> None:
         m = rc.mesh
@@ -188,7 +217,7 @@ class InterRouterLinks:
         m.up = True
         log.info("inter-router connection %d to %s up (cost %d)", rc.engine.id, m.peer_id, m.cost)
         if self.engine is not None:
-            self.engine.link_up(rc, m.cost, self.router.now())
+            self.engine.link_up(rc, m.cost, self._clock())
             self.flush()
 
     def connection_closed(self, rc: RouterConnection) -> None:
@@ -196,12 +225,12 @@ class InterRouterLinks:
         if m is None:
             return
         rc.mesh = None
-        _, description = raw.connection_remote_condition(rc.engine.connection._impl)
+        _, description = raw.connection_remote_condition(raw.pointer(rc.engine.connection))
         if self.engine is not None and printable(description or "").startswith(DUPLICATE_ID_REASON):
-            self.engine.peer_refused(_name(rc), printable(description), self.router.now())
+            self.engine.peer_refused(_name(rc), printable(description), self._clock())
         if m.up and self.engine is not None:
             log.info("inter-router connection %d to %s lost", rc.engine.id, m.peer_id)
-            self.engine.link_lost(rc, self.router.now())
+            self.engine.link_lost(rc, self._clock())
             self.flush()
 
     def link_closed(self, rc: RouterConnection, link) -> bool:
@@ -211,7 +240,7 @@ class InterRouterLinks:
             return False
         if m.up and self.engine is not None:
             m.up = False
-            self.engine.link_lost(rc, self.router.now())
+            self.engine.link_lost(rc, self._clock())
             self.flush()
         if link == m.control_in:
             m.control_in = None
@@ -219,30 +248,28 @@ class InterRouterLinks:
             m.control_out = None
         return True
 
-    # -- control traffic ------------------------------------------------------------------------
-    def is_control(self, rc: RouterConnection, link) -> bool:
-        m = rc.mesh
-        return m is not None and (link == m.control_in or link == m.control_out)
-
-    def control_delivery(self, rc: RouterConnection, d) -> None:
-        m = rc.mesh
-        lp = raw.delivery_link(d)
-        if lp != m.control_in:
-            raw.delivery_settle(d)  # our pre-settled control messages: nothing to do
-            return
-        if raw.delivery_partial(d):
-            return  # wait for the whole message (control messages are small)
-        msg = raw.recv_all(lp)
-        raw.link_advance(lp)
+    # -- control traffic: the LinkOwner of ControlLink records (wire/assembly.py) ---------------------
+    def on_message(self, engine, rec: ControlLink, d, msg: bytes | None) -> None:
+        """A control message from the neighbour (the engine assembled it; the link is advanced)."""
         raw.delivery_settle(d)
-        raw.link_flow(lp, 1)
-        if self.engine is not None:
-            self.engine.receive(rc, msg, self.router.now())
+        raw.link_flow(rec.ptr, 1)
+        if self.engine is not None and msg is not None:
+            self.engine.receive(rec.rc, msg, self._clock())
             self.flush()
-        rc.engine.wake()
+        engine.wake()
 
-    def control_flow(self, rc: RouterConnection) -> None:
-        self._drain(rc)
+    def on_partial(self, engine, rec: ControlLink, d, held: int) -> int:
+        return KEEP  # wait for the whole message (control messages are small)
+
+    def on_delivery_update(self, engine, rec: ControlLink, d) -> None:
+        if not rec.incoming:
+            raw.delivery_settle(d)  # our pre-settled control messages: nothing to do
+
+    def on_link_flow(self, engine, rec: ControlLink) -> None:
+        self._drain(rec.rc)
+
+    def on_oversized(self, engine, rec: ControlLink, d, limit: int) -> None:
+        """Not reached: control links have no size limit."""
 
     def flush(self) -> None:
         """Send what the routing engine produced."""

@@ -37,14 +37,17 @@ class RouterConnection:
 
 
 class RouterLink:
-    """One attached link as the router sees it.
+    """One attached link as the router sees it, and the engine's record of it (wire/assembly.py reads
+    ``owner``, ``incoming`` and ``max_message_size``).
 
     ``incoming`` links carry messages into the router (the peer is a sender); outgoing links carry them
-    out (the peer is a receiver). ``address`` is None for an anonymous incoming link.
+    out (the peer is a receiver). ``address`` is None for an anonymous incoming link. ``owner`` is the
+    :class:`wire.assembly.LinkOwner` the engine hands the link's events to: the forwarder, or a part
+    that looks at some events first (the edge uplink).
     """
 
     __slots__ = (
-        "id", "ptr", "conn", "engine", "incoming", "address", "capacity", "name",
+        "id", "ptr", "conn", "engine", "incoming", "address", "capacity", "name", "owner",
         # incoming
         "outstanding", "owed_credit", "credit_batch", "withheld",
         # outgoing
@@ -61,8 +64,9 @@ class RouterLink:
         "from_edge",
     )
 
-    def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str):
+    def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str, owner):
         self.id = next(_link_ids)
+        self.owner = owner
         self.ptr = ptr
         self.conn = conn
         self.engine = conn.engine

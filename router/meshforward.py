@@ -22,37 +22,47 @@ python/qpid_dispatch_internal/router/):
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from wire import raw
 from wire.annotations import RouterAnnotations, set_router_annotations, split_router_annotations
 from wire.codec import CodecError, message_to
-from wire.header import read_header
-from router.addresses import BALANCED, CLOSEST, MULTICAST, UNAVAILABLE, Address
+from wire.header import DEFAULT_PRIORITY, read_header
+from router.addresses import BALANCED, CLOSEST, MULTICAST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
+from router.forwarder import Forwarder
 from router.links import InDelivery
+from router.mesh import protocol as P
 
 log = logging.getLogger("router.mesh")
 
 ACCEPTED = raw.ACCEPTED
 RELEASED = raw.RELEASED
 
-# Treatment hints carried in MAU (Qpid Dispatch 1.19 include/qpid/dispatch/router.h): code -> our
-# distribution.
-HINT_DISTRIBUTION = {0: MULTICAST, 1: MULTICAST, 2: CLOSEST, 3: BALANCED}
-DISTRIBUTION_HINT = {MULTICAST: 1, CLOSEST: 2, BALANCED: 3}
-
-# Only these key classes are exchanged in MAU (Qpid Dispatch 1.19 mobile_sync/mobile.c).
-MOBILE_KEY_CLASSES = ("M", "C", "D", "E", "F", "H")
-LINK_ROUTE_KEY_CLASSES = ("C", "D", "E", "F")
+# Treatment hints carried in MAU (router/mesh/protocol.py, after Qpid Dispatch 1.19
+# include/qpid/dispatch/router.h): code -> our distribution, and back.
+HINT_DISTRIBUTION = {code: dist for code, dist in P.HINT_DISTRIBUTIONS.items()
+                     if code in (P.HINT_MULTICAST_FLOOD, P.HINT_MULTICAST_ONCE, P.HINT_ANYCAST_CLOSEST,
+                                 P.HINT_ANYCAST_BALANCED)}
+DISTRIBUTION_HINT = {MULTICAST: P.HINT_MULTICAST_ONCE, CLOSEST: P.HINT_ANYCAST_CLOSEST,
+                     BALANCED: P.HINT_ANYCAST_BALANCED}
 
 _EMPTY_RA = RouterAnnotations()
-DEFAULT_PRIORITY = 4  # a message without a header (AMQP §3.2.1)
 MAX_PRIORITY = 9  # Dispatch has ten priority links; higher priorities share the top one
+
+
+class Uplink(Protocol):
+    """What mesh forwarding asks of an edge router's uplink (router/edge.py's EdgeUplink)."""
+
+    uplink: object  # the RouterConnection to the interior, or None
+
+    def fallback(self, ind: InDelivery) -> bool: ...
 
 
 class LocalSource:
     """Stands in for the incoming link of messages the router itself sends (management replies)."""
 
     closed = True  # nothing to give credit back to
+    id = None
     address = None
     conn = None
     inter_router = False
@@ -65,11 +75,22 @@ class LocalSource:
 
 
 class MeshForwarding:
-    """Mixin for :class:`router.core.Router`: mesh forwarding, MeshListener, local endpoints."""
+    """The special forwarding path of one router (:class:`router.forwarder.SpecialPath`): messages from
+    and to neighbour routers, router-internal endpoints, the edge uplink; and the routes the routing
+    engine reports (the router relays its :class:`router.mesh.engine.MeshListener` calls here).
 
-    def _init_mesh(self) -> None:
-        self.mesh = None  # router.mesh.engine.RoutingEngine in interior mode
-        self.edge = None  # router.edge.EdgeUplink in edge mode
+    It forwards through ``forwarder`` (queues, outcomes, credit) and keeps addresses in the router's
+    ``addresses`` table; ``edge`` is the edge uplink in edge mode, else None.
+    """
+
+    def __init__(self, router_id: str, forwarder: Forwarder, *, addresses, parser: AddressParser,
+                 address_config: AddressConfigTable, edge: Uplink | None = None):
+        self.id = router_id
+        self.forwarder = forwarder
+        self.addresses = addresses  # router.addresses.AddressTable
+        self.parser = parser
+        self.address_config = address_config
+        self.edge = edge
         self.next_hops: dict = {}  # router id -> RouterConnection of the neighbour to send through
         self.costs: dict = {}
         self.valid_origins: dict = {}
@@ -83,9 +104,9 @@ class MeshForwarding:
         """Deliver messages for ``name``, ``_local/name`` and ``_topo/0/<this router>/name`` to
         ``handler(msg_bytes)``. They are accepted once the handler returns (even if it raised)."""
         for key in ("L" + name, "M0" + name):
-            addr = self._bind_address(key, name, CLOSEST)
+            addr = self.addresses.bind(key, name, CLOSEST)
             addr.handler = handler
-            self.destination_appeared(addr)
+            self.forwarder.destination_appeared(addr)
 
     def send_local(self, msg: bytes) -> bool:
         """Send a message from the router itself (pre-settled), routed by its ``to``. False: no route."""
@@ -101,8 +122,9 @@ class MeshForwarding:
         src = self._local_source
         src.outstanding += 1
         ind = InDelivery(None, src, msg)
-        self.forward(ind, addr)
-        self.on_batch_end()
+        forwarder = self.forwarder
+        forwarder.forward(ind, addr)
+        forwarder.on_batch_end()
         return True
 
     # -- arrival from a neighbour -----------------------------------------------------------------
@@ -119,7 +141,7 @@ class MeshForwarding:
             to = None if link_addr is not None else \
                 (ra.to_override if ra is not None else None) or message_to(stripped)
         except CodecError as exc:
-            self._reject(ind, "amqp:decode-error", f"malformed message: {exc}")
+            self.forwarder.reject(ind, "amqp:decode-error", f"malformed message: {exc}")
             return
         ind.ra = ra
         ind.msg = stripped
@@ -132,9 +154,16 @@ class MeshForwarding:
         else:
             addr = self.addresses.get(self.parser.key_for_to(to))  # memoised: addresses repeat
         if addr is None:
-            self._no_route(ind, None)
+            self.forwarder.no_route(ind, None)
             return
         self.forward_special(ind, addr)
+
+    def unaddressed(self, ind: InDelivery, to: str | None) -> None:
+        """A message from an anonymous link whose ``to`` has no entry here: up the edge uplink when there
+        is one, else nowhere."""
+        edge = self.edge
+        if edge is None or not edge.fallback(ind):
+            self.forwarder.no_route(ind, to)
 
     # -- the special forwarding path --------------------------------------------------------------
     def forward_special(self, ind: InDelivery, addr: Address) -> None:
@@ -152,7 +181,7 @@ class MeshForwarding:
             trace = ra.trace or ()
             if len(trace) > self.radius + 1:
                 self.deliveries_radius_dropped += 1
-                self._no_route(ind, None)
+                self.forwarder.no_route(ind, None)
                 return
             came_from = ind.link.conn
             if remote:  # only routers, never back where it came from nor to one it has crossed
@@ -161,7 +190,7 @@ class MeshForwarding:
         elif self.edge is not None and remote and ind.link.conn is self.edge.uplink:
             remote = []  # never echo what came down the uplink
         if not rlinks and not remote:
-            self._no_route(ind, addr.name)
+            self.forwarder.no_route(ind, addr.name)
             return
         dist = addr.distribution
         if dist == MULTICAST:
@@ -169,11 +198,11 @@ class MeshForwarding:
                 remote = self._valid_for_origin(addr, remote, ra.ingress)
             targets = list(rlinks) + remote
             if not targets:
-                self._no_route(ind, addr.name)
+                self.forwarder.no_route(ind, addr.name)
                 return
             ind.multicast = True
         elif dist == UNAVAILABLE:
-            self._reject(ind, "amqp:not-found", f"address {addr.name} is unavailable")
+            self.forwarder.reject(ind, "amqp:not-found", f"address {addr.name} is unavailable")
             return
         elif dist == CLOSEST:
             if rlinks:
@@ -192,11 +221,11 @@ class MeshForwarding:
             self.deliveries_transit += 1
         for ol in targets:
             if ol.annotate_out:
-                ind.mesh_msg = self._annotated(ind, addr, ind.msg)
+                ind.mesh_msg = self.annotated(ind, addr, ind.msg)
                 if ind.msg[2:3] == b"\x70":  # a header: its priority picks the data link (§4.2)
                     targets = self._by_priority(targets, ind.msg)
                 break
-        self._enqueue(ind, targets)
+        self.forwarder.enqueue(ind, targets)
 
     @staticmethod
     def _by_priority(targets: list, msg: bytes) -> list:
@@ -208,7 +237,8 @@ class MeshForwarding:
             return targets
         return [ol.conn.mesh.data_links.get(prio, ol) if ol.inter_router else ol for ol in targets]
 
-    def _annotated(self, ind: InDelivery, addr: Address, msg: bytes) -> bytes:
+    def annotated(self, ind: InDelivery, addr: Address, msg: bytes) -> bytes:
+        """``msg`` with the router annotations it leaves for a neighbour router with."""
         ra = ind.ra
         if ra is None:
             ingress = self.id
@@ -263,57 +293,55 @@ class MeshForwarding:
             handler(msg)
         except Exception:  # a management bug must not take the router down
             log.exception("router-internal endpoint %s failed", addr.name)
-        self._settle_upstream(ind, ACCEPTED)
-        self._left_buffer(ind)
+        self.forwarder.settle_upstream(ind, ACCEPTED)
+        self.forwarder.left_buffer(ind)
 
-    # -- MeshListener (called by the routing engine) ------------------------------------------------
+    # -- routes (the routing engine's MeshListener calls, relayed by the router) ---------------------
     def routes_changed(self, next_hops: dict, costs: dict, valid_origins: dict, radius: int) -> None:
         self.next_hops = dict(next_hops)
         self.costs = dict(costs)
         self.valid_origins = {k: set(v) for k, v in valid_origins.items()}
         self.radius = radius
         # Topological addresses of the other routers: _topo/0/<id>/... goes to its next hop.
+        bind = self.addresses.bind
         for rid in next_hops:
-            addr = self._bind_address("R" + rid, rid, CLOSEST)
+            addr = bind("R" + rid, rid, CLOSEST)
             addr.rnodes[rid] = True
         for key in [k for k in self.addresses if k[0] == "R" and k[1:] not in next_hops]:
             addr = self.addresses[key]
             addr.rnodes.clear()
-            self._recompute_remote(addr)
-        for addr in list(self.addresses.values()):
-            if addr.rnodes:
-                self._recompute_remote(addr)
+            self.recompute_remote(addr)
+        self.data_links_changed()
         log.info("routes: %s", {r: c.mesh.peer_id for r, c in self.next_hops.items() if c.mesh})
 
     def router_lost(self, router_id: str) -> None:
-        self.link_router.router_lost(router_id)
         for addr in list(self.addresses.values()):
             if addr.rnodes.pop(router_id, None) is not None:
-                self._recompute_remote(addr)
+                self.recompute_remote(addr)
 
     def remote_address_added(self, router_id: str, key: str, hint: int) -> None:
-        if key[0] in LINK_ROUTE_KEY_CLASSES:
-            self.link_router.remote_added(router_id, key)
-            return
         addr = self.addresses.get(key)
         if addr is None:
             addr = self._remote_address(key, hint)
             if addr is None:
                 return
         addr.rnodes[router_id] = True
-        self._recompute_remote(addr)
+        self.recompute_remote(addr)
 
     def remote_address_removed(self, router_id: str, key: str) -> None:
-        if key[0] in LINK_ROUTE_KEY_CLASSES:
-            self.link_router.remote_removed(router_id, key)
-            return
         addr = self.addresses.get(key)
         if addr is not None and addr.rnodes.pop(router_id, None) is not None:
-            self._recompute_remote(addr)
+            self.recompute_remote(addr)
+
+    def data_links_changed(self) -> None:
+        """Data links to neighbours came or went: every remotely served address picks its links again."""
+        for addr in list(self.addresses.values()):
+            if addr.rnodes:
+                self.recompute_remote(addr)
 
     def _remote_address(self, key: str, hint: int) -> Address | None:
         if key[0] == "H":  # an edge router attached to another interior
-            return self._bind_address(key, key[1:], CLOSEST)
+            return self.addresses.bind(key, key[1:], CLOSEST)
         if key[0] != "M" or len(key) < 3 or not key[1].isdigit():
             return None  # link-route keys are not routed as message addresses here
         phase = int(key[1])
@@ -323,9 +351,10 @@ class MeshForwarding:
             distribution = HINT_DISTRIBUTION[hint]
         else:
             distribution = sem.distribution
-        return self._bind_address(key, name, distribution, phase, sem.pattern)
+        return self.addresses.bind(key, name, distribution, phase, sem.pattern)
 
-    def _recompute_remote(self, addr: Address) -> None:
+    def recompute_remote(self, addr: Address) -> None:
+        """Which neighbour data links lead to the routers that serve ``addr``, cheapest first."""
         had = addr.has_destination
         best: dict = {}
         costs = self.costs
@@ -339,35 +368,6 @@ class MeshForwarding:
                 best[ol] = cost
         addr.remote = sorted(best, key=lambda ol: (best[ol], ol.conn.mesh.peer_id))
         if not had and addr.has_destination:
-            self.destination_appeared(addr)
-        elif addr.unused and self.addresses.get(addr.key) is addr:
-            del self.addresses[addr.key]
-
-    # -- local destinations the engine advertises ---------------------------------------------------
-    def local_destination_added(self, addr: Address) -> None:
-        if self.edge is not None:
-            self.edge.consumer_added(addr)
-        if self.mesh is not None and addr.key[0] in MOBILE_KEY_CLASSES:
-            self.mesh.add_local_address(addr.key, DISTRIBUTION_HINT.get(addr.distribution, 3))
-            self.mesh_flush()
-
-    def local_destination_removed(self, addr: Address) -> None:
-        if self.edge is not None:
-            self.edge.consumer_removed(addr)
-        if self.mesh is not None and addr.key[0] in MOBILE_KEY_CLASSES:
-            self.mesh.remove_local_address(addr.key)
-            self.mesh_flush()
-
-    def advertise_key(self, key: str, present: bool) -> None:
-        """A non-address key (a link route with a local container) to advertise or withdraw."""
-        if self.mesh is None:
-            return
-        if present:
-            self.mesh.add_local_address(key, 0)
+            self.forwarder.destination_appeared(addr)
         else:
-            self.mesh.remove_local_address(key)
-        self.mesh_flush()
-
-    def mesh_nodes(self) -> list:
-        """The routing engine's node table (management ``router.node``); empty unless interior."""
-        return self.mesh.nodes() if self.mesh is not None else []
+            self.addresses.discard_unused(addr)

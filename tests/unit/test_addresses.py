@@ -212,25 +212,25 @@ def test_router_binds_links_to_phase_keys():
         AddressEntity("mc", distribution=MULTICAST),
         AddressEntity("gone", distribution=UNAVAILABLE),
     ])
-    assert r._address_for("wp", outgoing=False).key == "M0wp"
-    assert r._address_for("wp", outgoing=True).key == "M1wp"
-    assert r._address_for("amqp:/wp/x", outgoing=True).key == "M1wp/x"
-    assert r._address_for("chain", outgoing=True).key == "M2chain"
-    assert r._address_for("plain", outgoing=True).key == "M0plain"
-    assert r._address_for("plain", outgoing=False) is r._address_for("plain", outgoing=True)
-    mc = r._address_for("mc.1", outgoing=True)
+    assert r.address_for("wp", outgoing=False).key == "M0wp"
+    assert r.address_for("wp", outgoing=True).key == "M1wp"
+    assert r.address_for("amqp:/wp/x", outgoing=True).key == "M1wp/x"
+    assert r.address_for("chain", outgoing=True).key == "M2chain"
+    assert r.address_for("plain", outgoing=True).key == "M0plain"
+    assert r.address_for("plain", outgoing=False) is r.address_for("plain", outgoing=True)
+    mc = r.address_for("mc.1", outgoing=True)
     assert mc.distribution == MULTICAST and mc.pattern == "mc"
-    assert r._address_for("plain", outgoing=True).distribution == BALANCED
-    assert r._address_for("gone", outgoing=True) is None
-    assert r._address_for("gone/sub", outgoing=False) is None
-    assert r._address_for("_local/x", outgoing=True).key == "Lx"
-    assert r._address_for("_topo/0/R1/temp.1", outgoing=True).key == "Ltemp.1"
-    assert r._address_for("_topo/0/R9/x", outgoing=False).key == "RR9"
+    assert r.address_for("plain", outgoing=True).distribution == BALANCED
+    assert r.address_for("gone", outgoing=True) is None
+    assert r.address_for("gone/sub", outgoing=False) is None
+    assert r.address_for("_local/x", outgoing=True).key == "Lx"
+    assert r.address_for("_topo/0/R1/temp.1", outgoing=True).key == "Ltemp.1"
+    assert r.address_for("_topo/0/R9/x", outgoing=False).key == "RR9"
 
 
 def test_router_default_distribution():
     r = Router("R1", default_distribution=CLOSEST)
-    assert r._address_for("x", outgoing=True).distribution == CLOSEST
+    assert r.address_for("x", outgoing=True).distribution == CLOSEST
 
 
 def test_address_record():

@@ -19,8 +19,8 @@ KIB = 1024
 BODY = b"x" * (10 * KIB)  # each message ~10 KiB encoded
 
 
-def harness(**budget_kw) -> RouterHarness:
-    return RouterHarness(Router("R1", budget=BufferBudget(**budget_kw)))
+def harness(clock=None, **budget_kw) -> RouterHarness:
+    return RouterHarness(Router("R1", budget=BufferBudget(**budget_kw), clock=clock))
 
 
 def flood(h: RouterHarness, peer: Peer, snd, n: int) -> list:
@@ -159,9 +159,8 @@ def test_a_consumer_that_stops_reading_stops_getting_messages_at_the_output_limi
 
 
 def test_a_stalled_partial_delivery_is_aborted_after_the_timeout():
-    h = harness(stalled_delivery_timeout=5)
     now = [0.0]
-    h.router._clock = lambda: now[0]  # noqa: SLF001 - the router's injectable clock
+    h = harness(stalled_delivery_timeout=5, clock=lambda: now[0])
     cons = h.connect()
     rcv = cons.receiver("q", credit=10)
     prod = h.connect(Peer(max_frame_size=4096))
