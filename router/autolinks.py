@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import proton
 
+from wire import raw
 from router.links import RouterConnection, RouterLink
 
 log = logging.getLogger("router.autolinks")
@@ -78,13 +79,13 @@ class AutoLinkManager:
     def __init__(self, router, entities=()):
         self.router = router
         self.auto_links = [AutoLink.from_entity(e, i) for i, e in enumerate(entities)]
-        self._clock = router._clock
+        self._clock = router.clock
         self._sessions: dict = {}  # RouterConnection -> the session auto-links use on it
 
     def connection_opened(self, rc: RouterConnection) -> None:
         for al in self.auto_links:
             if al.rc is None and al.matches(rc):
-                self._attach(al, rc)
+                self.attach(al, rc)
 
     def connection_closed(self, rc: RouterConnection) -> None:
         self._sessions.pop(rc, None)
@@ -124,7 +125,7 @@ class AutoLinkManager:
         for al in self.auto_links:
             if al.retry_at is not None and now >= al.retry_at and al.rc is not None and al.link is None:
                 al.retry_at = None
-                self._attach(al, al.rc)
+                self.attach(al, al.rc)
 
     def _owner(self, rl: RouterLink) -> AutoLink | None:
         for al in self.auto_links:
@@ -132,7 +133,34 @@ class AutoLinkManager:
                 return al
         return None
 
-    def _attach(self, al: AutoLink, rc: RouterConnection) -> None:
+    # -- management: auto-links added and removed while the router runs ------------------------------
+    def add(self, entity) -> AutoLink:
+        """Keep a new auto-link (a validated ``autoLink`` entity) attached from now on: at once on the
+        first open connection that matches it. ValueError when the name is taken."""
+        al = AutoLink.from_entity(entity, len(self.auto_links))
+        if any(other.name == al.name for other in self.auto_links):
+            raise ValueError(f"an auto-link named '{al.name}' exists")
+        self.auto_links.append(al)
+        for rc in sorted(self.router.connections, key=lambda c: c.engine.id):
+            if rc.engine.remote_container is not None and al.matches(rc):
+                self.attach(al, rc)
+                break
+        return al
+
+    def remove(self, name: str) -> AutoLink:
+        """Forget the auto-link ``name`` and detach its link. KeyError when there is none."""
+        al = next((a for a in self.auto_links if a.name == name), None)
+        if al is None:
+            raise KeyError(name)
+        self.auto_links.remove(al)  # first, so that the detach below is not retried
+        if al.link is not None:
+            self.router.close_link(al.link, "amqp:link:detach-forced", "autoLink deleted")
+        al.link = al.rc = None
+        al.oper_status = INACTIVE
+        return al
+
+    def attach(self, al: AutoLink, rc: RouterConnection) -> None:
+        """Attach ``al``'s link on ``rc`` (a connection it matches)."""
         al.rc = rc
         al.oper_status = ATTACHING
         engine = rc.engine
@@ -151,5 +179,5 @@ class AutoLinkManager:
             lo.source.address = remote
             lo.target.address = al.address
         lo.open()
-        al.link = self.router.register_auto_link(rc, lo._impl, al)
+        al.link = self.router.register_auto_link(rc, raw.pointer(lo), al)
         engine.wake()

@@ -44,6 +44,18 @@ class LinkRoute:
     next_index: int = 0  # round robin over matching containers (linkBalanced)
     is_pattern: bool = False
 
+    @classmethod
+    def from_entity(cls, entity, index: int = 0) -> "LinkRoute":
+        """The route a validated ``linkRoute`` entity (configuration file or management CREATE) describes:
+        ``pattern`` makes a pattern route (mesh key E/F), ``prefix`` a prefix route (C/D)."""
+        pattern = entity.get("pattern")
+        return cls(
+            name=entity.get("name") or f"linkRoute/{index}", pattern=pattern or entity.get("prefix"),
+            direction=entity["direction"], connection=entity.get("connection"),
+            container_id=entity.get("containerId"), add_prefix=entity.get("addExternalPrefix"),
+            del_prefix=entity.get("delExternalPrefix"), is_pattern=pattern is not None,
+        )
+
     @property
     def key(self) -> str:
         """The hash key other routers learn through MAU (Qpid Dispatch 1.19 src/iterator.c): C/D prefix,
@@ -75,6 +87,12 @@ class LinkRoute:
         return address
 
 
+def route_serves(route: LinkRoute, rc) -> bool:
+    """Whether connection ``rc`` leads to a container of ``route`` (by connection name or container id)."""
+    return ((route.connection is not None and rc.name == route.connection)
+            or (route.container_id is not None and rc.engine.remote_container == route.container_id))
+
+
 class RoutedLink:
     """One side of a proxied link pair."""
 
@@ -96,24 +114,53 @@ class LinkRouter:
     def __init__(self, router, entities=()):
         self.router = router
         self.tables = {"in": PatternTable(), "out": PatternTable()}
-        for i, e in enumerate(entities):
-            pattern = e.get("pattern")
-            route = LinkRoute(
-                name=e.get("name") or f"linkRoute/{i}", pattern=pattern or e.get("prefix"),
-                direction=e["direction"], connection=e.get("connection"), container_id=e.get("containerId"),
-                add_prefix=e.get("addExternalPrefix"), del_prefix=e.get("delExternalPrefix"),
-                is_pattern=pattern is not None,
-            )
-            if pattern is not None:
-                self.tables[route.direction].add(pattern, route)
-            else:
-                self.tables[route.direction].add_prefix(e["prefix"], route)
         self.links: dict = {}  # link pointer -> RoutedLink (both sides of every pair)
         self.remote: dict[str, set] = {}  # route key -> ids of routers with a container for it
         self.advertised: set[str] = set()  # route keys this router has a container for
+        for i, e in enumerate(entities):
+            self._insert(LinkRoute.from_entity(e, i))
 
     def __bool__(self) -> bool:
         return bool(len(self.tables["in"]) or len(self.tables["out"]))
+
+    # -- the route table (configuration at start-up; management while running) -----------------------
+    def _insert(self, route: LinkRoute) -> None:
+        table = self.tables[route.direction]
+        if route.is_pattern:
+            table.add(route.pattern, route)
+        else:
+            table.add_prefix(route.pattern, route)
+
+    def add_route(self, route: LinkRoute) -> None:
+        """Route attaches matching ``route`` from now on, and advertise it to the mesh at once when its
+        container is already connected. ValueError when a route of the same direction has the same
+        pattern (or prefix) or the same name."""
+        if any(r.name == route.name for r in self.routes()):
+            raise ValueError(f"a link route named '{route.name}' exists")
+        self._insert(route)
+        self.refresh_advertised()
+
+    def remove_route(self, name: str) -> LinkRoute:
+        """Stop routing attaches for the route called ``name`` (links already routed stay up) and withdraw
+        its key from the mesh unless another route has it. KeyError when there is no such route."""
+        route = next((r for r in self.routes() if r.name == name), None)
+        if route is None:
+            raise KeyError(name)
+        table = self.tables[route.direction]
+        if route.is_pattern:
+            table.remove(route.pattern)
+        else:
+            table.remove_prefix(route.pattern)
+        self.refresh_advertised()
+        return route
+
+    def routes(self) -> list[LinkRoute]:
+        """Every route, ``in`` then ``out``, each table in its own order."""
+        return [route for table in self.tables.values() for _, route in table.items()]
+
+    def containers(self, route: LinkRoute) -> list:
+        """The router's open connections to a container of ``route`` (by connection name or container id)."""
+        return [rc for rc in self.router.connections if rc.remote_open and route_serves(route, rc)]
 
     # -- attach -------------------------------------------------------------------------------------
     def try_attach(self, engine, link, lo: proton.Link, address: str | None) -> bool:
@@ -142,17 +189,16 @@ class LinkRouter:
         out.rcv_settle_mode = lo.remote_rcv_settle_mode
         out.open()
         client_side = RoutedLink(link, engine.app, route, receiving=not lo.is_sender)
-        container_side = RoutedLink(out._impl, container, route, receiving=lo.is_sender)
+        out_ptr = raw.pointer(out)
+        container_side = RoutedLink(out_ptr, container, route, receiving=lo.is_sender)
         client_side.peer, container_side.peer = container_side, client_side
         self.links[link] = client_side
-        self.links[out._impl] = container_side
+        self.links[out_ptr] = container_side
         container.engine.wake()
         return True
 
     def _container_for(self, route: LinkRoute):
-        candidates = [rc for rc in self.router.connections if rc.remote_open and (
-                      (route.connection is not None and rc.name == route.connection)
-                      or (route.container_id is not None and rc.engine.remote_container == route.container_id))]
+        candidates = self.containers(route)
         if not candidates:
             return None
         rc = candidates[route.next_index % len(candidates)]
@@ -173,14 +219,11 @@ class LinkRouter:
 
     # -- mesh-wide link routes (Qpid Dispatch 1.19 mobile_sync/mobile.c)
     # ---------------------------------------
-    def _routes(self) -> list[LinkRoute]:
-        return [route for table in self.tables.values() for _, route in table.items()]
-
     def refresh_advertised(self) -> None:
         """Advertise (or withdraw) each route's key as its local container connections come and go."""
         if self.router.mesh is None:
             return
-        have = {route.key for route in self._routes() if self._has_container(route)}
+        have = {route.key for route in self.routes() if self._has_container(route)}
         for key in have - self.advertised:
             self.router.advertise_key(key, True)
         for key in self.advertised - have:
@@ -188,9 +231,7 @@ class LinkRouter:
         self.advertised = have
 
     def _has_container(self, route: LinkRoute) -> bool:
-        return any((route.connection is not None and rc.name == route.connection)
-                   or (route.container_id is not None and rc.engine.remote_container == route.container_id)
-                   for rc in self.router.connections if rc.mesh is None and rc.remote_open)
+        return any(route_serves(route, rc) for rc in self.router.connections if rc.mesh is None and rc.remote_open)
 
     def remote_added(self, router_id: str, key: str) -> None:
         self.remote.setdefault(key, set()).add(router_id)
