@@ -37,12 +37,13 @@ from wire.memory import HeapTrimmer
 from wire.terminus import capabilities
 from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser, AddressTable
 from router.autolinks import AutoLinkManager
+from router.control import RouterControl
 from router.budget import RESOURCE_LIMIT_EXCEEDED, BufferBudget
 from router.edge import UPLINK_ROLE, EdgeUplink
 from router.flowhooks import FlowHooks
 from router.forwarder import Forwarder
 from router.interrouter import ControlLink, InterRouterLinks
-from router.linkroutes import LinkRouter
+from router.linkroutes import LinkRouter, RoutedLink
 from router.links import InDelivery, RouterConnection, RouterLink
 from router.mesh import protocol as P
 from router.meshforward import DISTRIBUTION_HINT, MeshForwarding
@@ -128,6 +129,7 @@ class Router(ConnectionHandler):
                                              remote_routes=self.mesh_forwarding, clock=self._clock)
         self.auto_links = AutoLinkManager(self, auto_link_entities)
         self.link_router = LinkRouter(self, link_route_entities)
+        self.control = RouterControl(self)  # what management changes (router/control.py)
 
     # -- counters and routes of the parts (management and tests read them here) ---------------------
     @property
@@ -238,24 +240,12 @@ class Router(ConnectionHandler):
         for rc in list(self.connections):
             rc.engine.close()
 
-    # -- hot events the parts do not own ----------------------------------------------------------------
-    # Message links (RouterLink), inter-router control links (ControlLink) and link-routed links are owned
-    # through their engine (wire/assembly.py): their deliveries and flow go to their owner. Events of a
-    # link nobody owns (closed by the router while the peer still sends) are ignored.
-    def on_delivery(self, engine, d) -> None:
-        routed = self.link_router.links
-        if routed:
-            side = routed.get(raw.delivery_link(d))
-            if side is not None:
-                self.link_router.on_delivery(side, d)
-
-    def on_link_flow(self, engine, link) -> None:
-        routed = self.link_router.links
-        if routed:
-            side = routed.get(link)
-            if side is not None:
-                self.link_router.on_flow(side)
-
+    # -- hot events ------------------------------------------------------------------------------------
+    # Every link the router keeps is owned through its engine (wire/assembly.py): message links
+    # (RouterLink) by the forwarder, inter-router control links (ControlLink) by inter_router, link-routed
+    # links (RoutedLink) by link_router; their deliveries and flow go straight there. Events of a link
+    # nobody owns (one the router has closed while the peer still sends) need nothing: on_delivery and
+    # on_link_flow are ConnectionHandler's, which do nothing.
     def on_batch_end(self) -> None:
         self.forwarder.on_batch_end()
 
@@ -398,7 +388,7 @@ class Router(ConnectionHandler):
                 self.auto_links.link_closed(rec, f"{name}: {description}" if name else None)
         elif isinstance(rec, ControlLink):
             self.inter_router.link_closed(rc, link)
-        elif self.link_router.links:
+        elif isinstance(rec, RoutedLink):
             self.link_router.link_closed(link)
         engine.wake()
 

@@ -17,6 +17,9 @@ its producer's connection until its last copy is handed to the engine (then the 
 nothing after that needs them), and each unsettled outgoing copy to its consumer's connection until it
 settles; past the limits, producers are paused and output to a connection stops. A message that goes
 straight through costs one counter per queue and a few additions per send.
+
+Longer than ~600 lines on purpose: arrival, queueing, sending and outcomes are one class so that the
+per-message methods call each other directly, without an indirection per message.
 """
 
 from __future__ import annotations

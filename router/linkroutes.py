@@ -11,7 +11,8 @@ the attach is refused with ``qd:no-route-to-dest``. The container's connection d
 is detached with ``qd:routed-link-lost``.
 
 Routed links are kept out of the message router's link table, so the message hot path pays nothing
-for them; :class:`router.core.Router` hands their events here.
+for them: their engines hand their deliveries and flow here (:class:`LinkRouter` is their
+:class:`wire.assembly.LinkOwner`); :class:`router.core.Router` hands their attach and detach here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import proton
 
 from router.patterns import PatternTable
 from wire import raw
+from wire.assembly import KEEP
 
 log = logging.getLogger("router.linkroutes")
 
@@ -94,13 +96,18 @@ def route_serves(route: LinkRoute, rc) -> bool:
 
 
 class RoutedLink:
-    """One side of a proxied link pair."""
+    """One side of a proxied link pair, and the engine's record of it (wire/assembly.py reads ``owner``,
+    ``incoming`` and ``max_message_size``)."""
 
-    __slots__ = ("ptr", "rc", "peer", "route", "deliveries", "receiving", "open")
+    __slots__ = ("ptr", "rc", "peer", "route", "deliveries", "receiving", "open", "owner", "incoming",
+                 "max_message_size")
 
-    def __init__(self, ptr, rc, route: LinkRoute, receiving: bool):
+    def __init__(self, ptr, rc, route: LinkRoute, receiving: bool, owner: "LinkRouter"):
         self.ptr = ptr
         self.rc = rc
+        self.owner = owner
+        self.incoming = receiving
+        self.max_message_size = 0  # the container behind the route enforces its own limit
         self.peer: RoutedLink | None = None
         self.route = route
         self.deliveries: dict = {}  # delivery pointer on this link -> partner delivery pointer
@@ -188,12 +195,14 @@ class LinkRouter:
         out.snd_settle_mode = lo.remote_snd_settle_mode
         out.rcv_settle_mode = lo.remote_rcv_settle_mode
         out.open()
-        client_side = RoutedLink(link, engine.app, route, receiving=not lo.is_sender)
+        client_side = RoutedLink(link, engine.app, route, not lo.is_sender, self)
         out_ptr = raw.pointer(out)
-        container_side = RoutedLink(out_ptr, container, route, receiving=lo.is_sender)
+        container_side = RoutedLink(out_ptr, container, route, lo.is_sender, self)
         client_side.peer, container_side.peer = container_side, client_side
         self.links[link] = client_side
         self.links[out_ptr] = container_side
+        engine.own_link(link, client_side)
+        container.engine.own_link(out_ptr, container_side)
         container.engine.wake()
         return True
 
@@ -269,27 +278,31 @@ class LinkRouter:
         client.rc.engine.wake()
         return True
 
-    # -- traffic --------------------------------------------------------------------------------------
-    def on_delivery(self, side: RoutedLink, d) -> None:
+    # -- traffic: the LinkOwner of RoutedLink records (wire/assembly.py) -------------------------------
+    def on_message(self, engine, side: RoutedLink, d, msg: bytes | None) -> None:
+        """A whole message on the side where the router receives (the engine assembled it and advanced
+        the link): it goes on to the other side with the same delivery tag."""
         peer = side.peer
-        if side.receiving and raw.delivery_readable(d) and not raw.delivery_partial(d):
-            if peer is None or not peer.open:
-                raw.link_advance(side.ptr)
-                raw.set_modified(d, failed=True)
-                raw.delivery_settle(d)
-                return
-            msg = raw.recv_all(side.ptr)
-            raw.link_advance(side.ptr)
-            out = raw.send_message(peer.ptr, raw.delivery_tag(d), msg)
-            if raw.delivery_settled(d):
-                raw.delivery_settle(out)
-                raw.delivery_settle(d)
-            else:
-                side.deliveries[d] = out
-                peer.deliveries[out] = d
-            peer.rc.engine.wake()
-            self._sync_credit(side)
+        if peer is None or not peer.open or msg is None:
+            raw.set_modified(d, failed=True)
+            raw.delivery_settle(d)
             return
+        out = raw.send_message(peer.ptr, raw.delivery_tag(d), msg)
+        if raw.delivery_settled(d):
+            raw.delivery_settle(out)
+            raw.delivery_settle(d)
+        else:
+            side.deliveries[d] = out
+            peer.deliveries[out] = d
+        peer.rc.engine.wake()
+        self._sync_credit(side)
+
+    def on_partial(self, engine, side: RoutedLink, d, held: int) -> int:
+        return KEEP  # forwarded whole (streaming frame by frame is a later step)
+
+    def on_delivery_update(self, engine, side: RoutedLink, d) -> None:
+        """An outcome or settlement on one side goes to the partner delivery on the other."""
+        peer = side.peer
         partner = side.deliveries.get(d)
         if partner is None or peer is None:
             return
@@ -303,8 +316,11 @@ class LinkRouter:
             raw.delivery_settle(d)
         peer.rc.engine.wake()
 
-    def on_flow(self, side: RoutedLink) -> None:
+    def on_link_flow(self, engine, side: RoutedLink) -> None:
         self._sync_credit(side)
+
+    def on_oversized(self, engine, side: RoutedLink, d, limit: int) -> None:
+        """Not reached: routed links have no size limit here."""
 
     def _sync_credit(self, side: RoutedLink) -> None:
         """Credit flows from the final receiver to the original sender; drain goes the same way and the
@@ -352,6 +368,7 @@ class LinkRouter:
                     self._close(peer, ROUTED_LINK_LOST, "the link's route was lost")
 
     def _close(self, side: RoutedLink, condition: str | None, description: str | None) -> None:
+        side.rc.engine.disown_link(side.ptr)
         lo = proton.Link.wrap(side.ptr)
         if lo.state & proton.Endpoint.LOCAL_CLOSED:
             return

@@ -47,7 +47,8 @@ DISTRIBUTION_HINT = {MULTICAST: P.HINT_MULTICAST_ONCE, CLOSEST: P.HINT_ANYCAST_C
                      BALANCED: P.HINT_ANYCAST_BALANCED}
 
 _EMPTY_RA = RouterAnnotations()
-MAX_PRIORITY = 9  # Dispatch has ten priority links; higher priorities share the top one
+# Dispatch has ten priority data links (0..9); higher message priorities share the top one.
+MAX_PRIORITY = P.DATA_LINK_PRIORITIES - 1
 
 
 class Uplink(Protocol):
