@@ -99,13 +99,11 @@ class BrokerManagement:
         return full
 
     def _find(self, req: wm.Request, type_name: str) -> dict:
-        key = req.identity or req.name
-        if not key:
-            raise bad_request(f"{req.operation} needs application property 'name' or 'identity'")
+        attr, key = wm.entity_key(req)  # a broker entity's identity is its name
         for row in self.rows(type_name):
-            if row["name"] == key:
+            if row[attr] == key:
                 return row
-        raise not_found(f"No entity with name '{key}' of type {type_name}")
+        raise not_found(f"No entity with {attr} '{key}' of type {type_name}")
 
     # -- operations ------------------------------------------------------------------------------------
     def dispatch(self, req: wm.Request) -> tuple[int, Any]:
@@ -125,12 +123,9 @@ class BrokerManagement:
         if op in ("STARTBROKERCONNECTION", "STOPBROKERCONNECTION"):
             return self._broker_connection(req, start=op.startswith("START"))
         type_name = self._type(req.type)
-        allowed = [o.upper() for o in OPERATIONS[type_name]]
-        if op not in allowed:
-            if op not in ("READ", "CREATE", "DELETE", "UPDATE", "PURGE"):
-                raise ManagementError(wm.NOT_IMPLEMENTED, f"operation '{op}' is not implemented")
-            raise bad_request(f"operation {op} is not allowed on type {type_name} "
-                              f"(allowed: {', '.join(OPERATIONS[type_name])})")
+        if op not in ("READ", "CREATE", "DELETE", "UPDATE", "PURGE"):
+            raise ManagementError(wm.NOT_IMPLEMENTED, f"operation '{op}' is not implemented")
+        wm.require_operation(op, type_name, OPERATIONS[type_name])
         if op == "READ":
             return wm.OK, self._find(req, type_name)
         if op == "CREATE":
@@ -145,26 +140,17 @@ class BrokerManagement:
         return wm.OK, {"name": row["name"], "messagesRemoved": removed}
 
     def _query(self, req: wm.Request) -> tuple[int, Any]:
-        count = wm.MAX_QUERY_COUNT if req.count is None else min(req.count, wm.MAX_QUERY_COUNT)
         if req.target_type:
             type_name = self._type(req.target_type, status=wm.BAD_REQUEST)
-            names = req.attribute_names or list(ATTRIBUTES[type_name])
-            unknown = [n for n in names if n not in ATTRIBUTES[type_name]]
-            if unknown:
-                raise bad_request(f"Unknown attribute{'s' if len(unknown) > 1 else ''} "
-                                  f"{', '.join(repr(n) for n in unknown)} for type {type_name}")
+            names = wm.query_attribute_names(req, type_name, ATTRIBUTES[type_name])
             rows = self.rows(type_name)
         else:
-            names = req.attribute_names or ["name", "identity", "type"]
+            names = wm.query_attribute_names(req)
             rows = [r for t in ATTRIBUTES for r in self.rows(t)]
-        page = rows[req.offset:req.offset + count]
-        return wm.OK, {"attributeNames": names, "results": [[r.get(n) for n in names] for r in page]}
+        return wm.OK, wm.query_page(req, names, rows)
 
     def _create_queue(self, req: wm.Request) -> tuple[int, Any]:
-        body = req.body if req.body is not None else {}
-        if not isinstance(body, dict):
-            raise bad_request("CREATE body must be a map of attributes")
-        body = {str(k): v for k, v in body.items()}
+        body = wm.body_attributes(req)
         allowed = {"name", "address", "routingType", "durable", "type", "identity"}
         unknown = sorted(set(body) - allowed)
         if unknown:

@@ -77,6 +77,10 @@ class RouterConfig:
                       self.auto_links, self.logs, self.ssl_profiles, self.flow_records, self.policies):
             yield from group
 
+    def sections(self, kind: str) -> list[Entity]:
+        """The entities of one non-singleton section type (``listener``, ``linkRoute``...)."""
+        return getattr(self, _LISTS[kind])
+
 
 #: RouterConfig list attribute for each non-singleton section type
 _LISTS = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from router.autolinks import AutoLink
-from router.linkroutes import LinkRoute
+from router.linkroutes import LinkRoute, route_serves
 from router.links import RouterConnection, RouterLink
 
 log = logging.getLogger("router.control")
@@ -64,8 +64,9 @@ class RouterControl:
         return next((r for r in self.link_routes() if r.name == name), None)
 
     def route_containers(self, route: LinkRoute) -> int:
-        """How many open connections lead to a container of ``route``."""
-        return len(self.router.link_router.containers(route))
+        """How many of the router's connections lead to a container of ``route`` (management's
+        ``containerCount`` and a link route's ``operStatus``)."""
+        return sum(1 for rc in self.router.connections if route_serves(route, rc))
 
     # -- auto-links --------------------------------------------------------------------------------------
     def add_auto_link(self, entity) -> AutoLink:

@@ -110,6 +110,61 @@ class Request:
         return None
 
 
+# -- request plumbing every agent shares (router/management/agent.py, broker/management.py) -------------
+#: the columns of a QUERY over every entity type that names no attributes (Qpid Dispatch 1.19
+#: src/router_core/management_agent.c answers these)
+BASE_ATTRIBUTES = ("name", "identity", "type")
+
+
+def query_attribute_names(req: Request, type_name: str | None = None, known=()) -> list[str]:
+    """The columns a QUERY answers: its ``attributeNames``, else every attribute of ``type_name``
+    (``known``), else :data:`BASE_ATTRIBUTES` when the QUERY is about every type. An attribute the type
+    does not have is a 400 naming it."""
+    if type_name is None:
+        return req.attribute_names or list(BASE_ATTRIBUTES)
+    names = req.attribute_names or list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise bad_request(f"Unknown attribute{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(repr(n) for n in unknown)} for type {type_name}")
+    return names
+
+
+def query_page(req: Request, names: list[str], rows: list[dict]) -> dict:
+    """The QUERY answer body for ``rows``: the page from the request's ``offset``, at most ``count``
+    rows (capped at MAX_QUERY_COUNT), each a list of the values of ``names``."""
+    count = MAX_QUERY_COUNT if req.count is None else min(req.count, MAX_QUERY_COUNT)
+    page = rows[req.offset:req.offset + count]
+    return {"attributeNames": names, "results": [[row.get(n) for n in names] for row in page]}
+
+
+def entity_key(req: Request) -> tuple[str, str]:
+    """(attribute, value) a READ, UPDATE or DELETE names its entity by: ``identity`` when given, else
+    ``name``; 400 when it has neither."""
+    if req.identity:
+        return "identity", req.identity
+    if req.name:
+        return "name", req.name
+    raise bad_request(f"{req.operation} needs application property 'name' or 'identity'")
+
+
+def body_attributes(req: Request) -> dict:
+    """The body of a CREATE or UPDATE as a map of attribute name -> value (empty when there is none);
+    400 when the body is not a map."""
+    body = req.body if req.body is not None else {}
+    if not isinstance(body, dict):
+        raise bad_request(f"{req.operation} body must be a map of attributes")
+    return {str(k): v for k, v in body.items()}
+
+
+def require_operation(operation: str, type_name: str, allowed) -> None:
+    """400 unless ``operation`` is one of the type's ``allowed`` operations (compared in upper case,
+    as request operations are)."""
+    if operation not in (a.upper() for a in allowed):
+        raise bad_request(f"operation {operation} is not allowed on type {type_name} "
+                          f"(allowed: {', '.join(allowed)})")
+
+
 def _optional_str(props: dict, key: str) -> str | None:
     value = props.get(key)
     if value is None:

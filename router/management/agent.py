@@ -7,8 +7,10 @@ It is sans-IO and synchronous; the daemon registers it as the router's local ``$
 
 Entity types are adapters (router/management/entities.py, configentities.py) over the live router:
 QUERY and READ read the router's own records and counters at the moment of the request; CREATE, UPDATE
-and DELETE call into the router (address configuration, link routes, auto-links, link admin status)
-and into the daemon's service manager (listeners, connectors).
+and DELETE go through the router's management façade, ``router.control`` (router/control.py: address
+configuration, link routes, auto-links, closing links and connections), and the daemon's service manager
+(listeners, connectors). The request plumbing (paging, attribute names, entity keys) is the one every
+agent shares, in wire/management.py.
 
 Anyone who can send to ``$management`` can change the router: there is no access policy yet.
 """
@@ -55,7 +57,7 @@ class ManagementAgent:
         self.router = router
         self.config = config
         self.services = services
-        self.clock = clock or getattr(router, "_clock", None) or (lambda: 0.0)
+        self.clock = clock or router.clock
         self.started_at = self.clock()
         self.adapters: dict[str, EntityAdapter] = {}
         for adapter in (*operational_adapters(self), *config_adapters(self)):
@@ -100,26 +102,19 @@ class ManagementAgent:
     # -- operations ---------------------------------------------------------------------------------
     def _query(self, req: wm.Request) -> tuple[int, Any]:
         t = req.target_type
-        count = wm.MAX_QUERY_COUNT if req.count is None else min(req.count, wm.MAX_QUERY_COUNT)
         if t is not None:
-            # Dispatch answers an unknown entityType with 400 "No such entity type" (reference sample).
+            # Dispatch answers an unknown entityType with 400 "No such entity type"
+            # (src/router_core/management_agent.c).
             adapter = self.adapter(t, status=wm.BAD_REQUEST)
-            names = req.attribute_names or list(adapter.attributes)
-            unknown = [n for n in names if n not in adapter.attributes]
-            if unknown:
-                raise bad_request(f"Unknown attribute{'s' if len(unknown) > 1 else ''} "
-                                  f"{', '.join(repr(n) for n in unknown)} for type {adapter.type}")
+            names = wm.query_attribute_names(req, adapter.type, adapter.attributes)
             rows = adapter.rows()
         else:
-            names = req.attribute_names or ["name", "identity", "type"]
+            names = wm.query_attribute_names(req)
             rows = [r for a in self.adapters.values() for r in a.rows()]
-        page = rows[req.offset:req.offset + count]
-        return wm.OK, {"attributeNames": names, "results": [[r.get(n) for n in names] for r in page]}
+        return wm.OK, wm.query_page(req, names, rows)
 
     def _find(self, req: wm.Request) -> tuple[EntityAdapter, dict]:
-        key_attr, key = ("identity", req.identity) if req.identity else ("name", req.name)
-        if not key:
-            raise bad_request(f"{req.operation} needs application property 'name' or 'identity'")
+        key_attr, key = wm.entity_key(req)
         adapters = [self.adapter(req.type)] if req.type and req.type != wm.NODE_TYPE else self.adapters.values()
         for adapter in adapters:
             for row in adapter.rows():
@@ -134,15 +129,9 @@ class ManagementAgent:
         _, row = self._find(req)
         return wm.OK, dict(row)
 
-    def _body_attrs(self, req: wm.Request) -> dict:
-        body = req.body if req.body is not None else {}
-        if not isinstance(body, dict):
-            raise bad_request(f"{req.operation} body must be a map of attributes")
-        return {str(k): v for k, v in body.items()}
-
     def _create(self, req: wm.Request) -> tuple[int, Any]:
         adapter = self.adapter(req.type)
-        attrs = self._body_attrs(req)
+        attrs = wm.body_attributes(req)
         attrs.pop("type", None)
         attrs.pop("identity", None)
         if req.name is not None:
@@ -159,7 +148,7 @@ class ManagementAgent:
     def _update(self, req: wm.Request) -> tuple[int, Any]:
         adapter, row = self._find(req)
         self._require("UPDATE", adapter)
-        attrs = self._body_attrs(req)
+        attrs = wm.body_attributes(req)
         for k in ("type", "identity", "name"):
             if k in attrs and attrs[k] != row.get(k):
                 raise bad_request(f"attribute '{k}' cannot be changed")
@@ -175,9 +164,7 @@ class ManagementAgent:
 
     @staticmethod
     def _require(op: str, adapter: EntityAdapter) -> None:
-        if op not in adapter.operations:
-            raise bad_request(f"operation {op} is not allowed on type {adapter.type} "
-                              f"(allowed: {', '.join(adapter.operations)})")
+        wm.require_operation(op, adapter.type, adapter.operations)
 
     def _get_types(self, req: wm.Request) -> tuple[int, Any]:
         if req.target_type:
@@ -203,9 +190,9 @@ class ManagementAgent:
         return wm.OK, body
 
     def _get_mgmt_nodes(self, req: wm.Request) -> tuple[int, Any]:
-        own = getattr(self.router, "id", None)
-        nodes = mesh_nodes(self.router)
-        return wm.OK, [f"amqp:/_topo/0/{n['id']}/$management" for n in nodes if n.get("id") != own]
+        own = self.router.id
+        return wm.OK, [f"amqp:/_topo/0/{n['id']}/$management" for n in self.router.mesh_nodes()
+                       if n["id"] != own]
 
     def _get_schema(self, req: wm.Request) -> tuple[int, Any]:
         types = {}
@@ -218,12 +205,3 @@ class ManagementAgent:
             }
         return wm.OK, {"prefix": TYPE_PREFIX.rstrip("."), "entityTypes": types}
 
-
-def mesh_nodes(router) -> list[dict]:
-    """The mesh's routers as dicts keyed like router.node, when the router has a mesh; else []."""
-    try:
-        nodes = getattr(router, "mesh_nodes", lambda: [])()
-    except Exception:  # the mesh is another module's state; management must not fail with it
-        log.exception("router.mesh_nodes() failed")
-        return []
-    return [dict(n) for n in nodes or [] if isinstance(n, dict)]

@@ -37,6 +37,11 @@ class EntityAdapter:
     def router(self):
         return self.agent.router
 
+    @property
+    def control(self):
+        """The router's management façade (router/control.py): every change goes through it."""
+        return self.agent.router.control
+
     def base_types(self) -> list[str]:
         return [CONFIGURATION if self.configuration else OPERATIONAL, ENTITY]
 

@@ -3,9 +3,10 @@ router.config.autoLink and log — read, created and deleted while the router ru
 
 CREATE validates the attributes with the configuration file's own rules (:func:`router.config.validate_entity`,
 so a bad value gets the same message as in qdrouterd.conf, naming the attribute) and then makes the change
-live: an address configuration applies to addresses bound from then on, a link route to attaches from then
-on, an auto-link attaches at once on a matching open connection, a listener listens at once and a connector
-starts connecting (through the daemon's service manager, router/services.py).
+live through the router's management façade (router/control.py): an address configuration applies to
+addresses bound from then on, a link route to attaches from then on (advertised to the mesh at once when its
+container is connected), an auto-link attaches at once on a matching open connection; a listener listens at
+once and a connector starts connecting (through the daemon's service manager, router/services.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from wire.management import ManagementError, bad_request, INTERNAL_ERROR, NOT_IM
 
 from router.config import ConfigError, validate_entity
 from router.management.base import EntityAdapter
-from router.management.entities import detach_link
 from router import schema
 
 log = logging.getLogger("router.agent")
@@ -63,8 +63,10 @@ class _ConfigAdapter(EntityAdapter):
         return f"{self.kind}/{n}"
 
 
-def _configured(agent, attr: str) -> list:
-    return list(getattr(agent.config, attr, None) or [])
+def _configured(agent, kind: str) -> list:
+    """A copy of the configured entities of section type ``kind``; [] when the agent runs without the
+    daemon's configuration."""
+    return list(agent.config.sections(kind)) if agent.config is not None else []
 
 
 class AddressConfigEntity(_ConfigAdapter):
@@ -75,7 +77,7 @@ class AddressConfigEntity(_ConfigAdapter):
 
     def __init__(self, agent):
         super().__init__(agent)
-        self.entities = _configured(agent, "addresses")
+        self.entities = _configured(agent, self.kind)
 
     def rows(self) -> list[dict]:
         return [self.row(e["name"], self.identity(e["name"]), dict(e.attrs)) for e in self.entities]
@@ -84,7 +86,7 @@ class AddressConfigEntity(_ConfigAdapter):
         entity = _validate(self.kind, attrs)
         entity.attrs["name"] = self.unique_name(entity, (e["name"] for e in self.entities))
         try:
-            self.router.address_config.add(entity)
+            self.control.add_address_config(entity)
         except ValueError as exc:
             what = "prefix" if entity.get("prefix") is not None else "pattern"
             raise bad_request(f"address: {what} '{entity[what]}' is already configured ({exc})") from None
@@ -93,7 +95,7 @@ class AddressConfigEntity(_ConfigAdapter):
 
     def delete(self, row: dict) -> None:
         entity = next(e for e in self.entities if e["name"] == row["name"])
-        self.router.address_config.remove(entity)
+        self.control.remove_address_config(entity)
         self.entities.remove(entity)
 
 
@@ -106,25 +108,17 @@ class LinkRouteConfigEntity(_ConfigAdapter):
 
     def __init__(self, agent):
         super().__init__(agent)
-        self.entities = _configured(agent, "link_routes")
+        self.entities = _configured(agent, self.kind)
         # Names the router gave routes it was configured with (linkRoute/<n> when unnamed).
         for i, e in enumerate(self.entities):
             if not e.get("name"):
                 e.attrs["name"] = f"linkRoute/{i}"
 
-    def _route(self, name: str):
-        from router.management.entities import link_routes
-        for _direction, _pattern, route in link_routes(self.router):
-            if route.name == name:
-                return route
-        return None
-
     def rows(self) -> list[dict]:
-        from router.management.entities import _route_containers
         out = []
         for e in self.entities:
-            route = self._route(e["name"])
-            active = route is not None and _route_containers(self.router, route) > 0
+            route = self.control.link_route(e["name"])
+            active = route is not None and self.control.route_containers(route) > 0
             values = dict(e.attrs, dir=e["direction"], operStatus="active" if active else "inactive")
             out.append(self.row(e["name"], self.identity(e["name"]), values))
         return out
@@ -132,13 +126,8 @@ class LinkRouteConfigEntity(_ConfigAdapter):
     def create(self, attrs: dict) -> dict:
         entity = _validate(self.kind, attrs)
         entity.attrs["name"] = self.unique_name(entity, (e["name"] for e in self.entities))
-        lr = self.router.link_router
-        add = getattr(lr, "add_route", None)
         try:
-            if add is not None:
-                add(entity)
-            else:
-                _add_route_fallback(lr, entity)
+            self.control.add_link_route(entity)
         except ValueError as exc:
             raise bad_request(f"linkRoute: {exc}") from None
         self.entities.append(entity)
@@ -146,33 +135,8 @@ class LinkRouteConfigEntity(_ConfigAdapter):
 
     def delete(self, row: dict) -> None:
         entity = next(e for e in self.entities if e["name"] == row["name"])
-        lr = self.router.link_router
-        remove = getattr(lr, "remove_route", None)
-        if remove is not None:
-            remove(entity["name"])
-        else:
-            table = lr.tables[entity["direction"]]
-            if entity.get("pattern") is not None:
-                table.remove(entity["pattern"])
-            else:
-                table.remove_prefix(entity["prefix"])
+        self.control.remove_link_route(entity["name"])
         self.entities.remove(entity)
-
-
-def _add_route_fallback(lr, entity) -> None:
-    """Until LinkRouter has add_route(entity): the same LinkRoute its constructor builds."""
-    from router.linkroutes import LinkRoute
-
-    pattern = entity.get("pattern")
-    route = LinkRoute(name=entity["name"], pattern=pattern or entity.get("prefix"),
-                      direction=entity["direction"], connection=entity.get("connection"),
-                      container_id=entity.get("containerId"), add_prefix=entity.get("addExternalPrefix"),
-                      del_prefix=entity.get("delExternalPrefix"))
-    table = lr.tables[route.direction]
-    if pattern is not None:
-        table.add(pattern, route)
-    else:
-        table.add_prefix(entity["prefix"], route)
 
 
 class AutoLinkConfigEntity(_ConfigAdapter):
@@ -182,13 +146,9 @@ class AutoLinkConfigEntity(_ConfigAdapter):
     extra = ("addr", "dir", "linkRef", "operStatus", "lastError")
     description = "A link the router keeps attached to a container for an address phase."
 
-    @property
-    def manager(self):
-        return self.router.auto_links
-
     def rows(self) -> list[dict]:
         out = []
-        for al in self.manager.auto_links:
+        for al in self.control.auto_links():
             values = {
                 "address": al.address, "addr": al.address, "direction": al.direction, "dir": al.direction,
                 "phase": al.phase, "connection": al.connection, "containerId": al.container_id,
@@ -201,29 +161,15 @@ class AutoLinkConfigEntity(_ConfigAdapter):
 
     def create(self, attrs: dict) -> dict:
         entity = _validate(self.kind, attrs)
-        entity.attrs["name"] = self.unique_name(entity, (al.name for al in self.manager.auto_links))
-        add = getattr(self.manager, "add", None)
-        if add is not None:
-            add(entity)
-        else:
-            from router.autolinks import AutoLink
-            al = AutoLink.from_entity(entity, len(self.manager.auto_links))
-            self.manager.auto_links.append(al)
-            for rc in sorted(self.router.connections, key=lambda c: c.engine.id):
-                if rc.engine.remote_container is not None and al.matches(rc):
-                    self.manager._attach(al, rc)
-                    break
+        entity.attrs["name"] = self.unique_name(entity, (al.name for al in self.control.auto_links()))
+        try:
+            self.control.add_auto_link(entity)
+        except ValueError as exc:
+            raise bad_request(f"autoLink: {exc}") from None
         return next(r for r in self.rows() if r["name"] == entity["name"])
 
     def delete(self, row: dict) -> None:
-        remove = getattr(self.manager, "remove", None)
-        if remove is not None:
-            remove(row["name"])
-            return
-        al = next(a for a in self.manager.auto_links if a.name == row["name"])
-        self.manager.auto_links.remove(al)  # first, so the detach below is not retried
-        if al.link is not None and al.rc is not None:
-            detach_link(self.router, al.rc, al.link, "amqp:link:detach-forced", "autoLink deleted")
+        self.control.remove_auto_link(row["name"])
 
 
 class _ServiceAdapter(_ConfigAdapter):
@@ -238,7 +184,7 @@ class _ServiceAdapter(_ConfigAdapter):
     def _entries(self) -> list:
         svc = self.agent.services
         if svc is None:
-            return [(e, {}) for e in _configured(self.agent, self.kind + "s")]
+            return [(e, {}) for e in _configured(self.agent, self.kind)]
         return [(s.entity, s.status()) for s in svc.services(self.kind)]
 
     def rows(self) -> list[dict]:
@@ -290,7 +236,7 @@ class LogEntity(_ConfigAdapter):
     def __init__(self, agent):
         super().__init__(agent)
         self.settings = {}
-        for e in _configured(agent, "logs"):
+        for e in _configured(agent, self.kind):
             self.settings[(e.get("module") or "DEFAULT").upper()] = dict(e.attrs)
 
     def rows(self) -> list[dict]:

@@ -2,9 +2,9 @@
 router.node, allocator (Qpid Dispatch 1.19 attribute names; Qpid Dispatch 1.19 tools/qdstat, qdrouter.json).
 
 Everything is read at the moment of the request from the router's own records (``Router.connections``,
-each connection's ``links``, ``Router.addresses``) and the forwarder's counters; attributes this router
-does not track (delay histograms, stuck deliveries) are 0 rather than invented. Attributes other modules
-may add later are read with ``getattr`` defaults so the agent keeps working while they evolve.
+each connection's ``links``, ``Router.addresses``, the link routes and auto-links of ``Router.control``)
+and the forwarder's counters; attributes this router does not track (delay histograms, stuck deliveries)
+are 0 rather than invented. Closing a connection or a link goes through ``Router.control``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import time
 from wire import raw
 from wire.management import bad_request
 
+from router.core import VERSION
 from router.management.base import EntityAdapter, require_str
-
-PRODUCT_VERSION_FALLBACK = "0.1.0"
 
 # Link counters a router-wide total is summed from (link attribute -> router attribute).
 LINK_TOTALS = {
@@ -67,10 +66,10 @@ class RouterEntity(EntityAdapter):
     def rows(self) -> list[dict]:
         r = self.router
         agent = self.agent
-        cfg = getattr(agent.config, "router", None)
+        cfg = agent.config.router if agent.config is not None else None
         totals = dict.fromkeys(LINK_TOTALS.values(), 0)
-        # Counters of links that already closed, when the router keeps them (router attribute names).
-        closed = getattr(r, "closed_link_totals", None) or {}
+        # Counters of links that already closed (management names), so that totals never fall back.
+        closed = r.closed_link_totals
         for k in totals:
             totals[k] += closed.get(k, 0)
         ingress, egress = closed.get("deliveriesIngress", 0), closed.get("deliveriesEgress", 0)
@@ -80,7 +79,7 @@ class RouterEntity(EntityAdapter):
         for rc, rl in _links(r):
             links += 1
             for attr, key in LINK_TOTALS.items():
-                totals[key] += getattr(rl, attr, 0)
+                totals[key] += getattr(rl, attr)
             if rl.incoming:
                 ingress += rl.delivery_count
                 if rc.role == "route-container":
@@ -89,48 +88,25 @@ class RouterEntity(EntityAdapter):
                 egress += rl.delivery_count
                 if rc.role == "route-container":
                     egress_rc += rl.delivery_count
-        totals["droppedPresettledDeliveries"] += getattr(r, "dropped_presettled", 0)
-        nodes = [n for n in _mesh(agent) if n.get("id") != r.id]
-        mode = (cfg.get("mode") if cfg is not None else None) or getattr(r, "mode", None) or "standalone"
+        totals["droppedPresettledDeliveries"] += r.dropped_presettled
+        nodes = [n for n in r.mesh_nodes() if n["id"] != r.id]
+        mode = (cfg.get("mode") if cfg is not None else None) or r.mode
         values = {
-            "id": r.id, "mode": mode, "area": "0", "version": _version(),
+            "id": r.id, "mode": mode, "area": "0", "version": VERSION,
             "addrCount": len(r.addresses), "linkCount": links, "nodeCount": len(nodes),
-            "linkRouteCount": len(link_routes(r)), "autoLinkCount": len(getattr(r.auto_links, "auto_links", [])),
+            "linkRouteCount": len(self.control.link_routes()), "autoLinkCount": len(self.control.auto_links()),
             "connectionCount": len(r.connections),
             "deliveriesDelayed1Sec": 0, "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0,
             "deliveriesIngress": ingress, "deliveriesEgress": egress,
-            "deliveriesTransit": getattr(r, "deliveries_transit", 0),
+            "deliveriesTransit": r.deliveries_transit,
             "deliveriesIngressRouteContainer": ingress_rc, "deliveriesEgressRouteContainer": egress_rc,
             "deliveriesRedirectedToFallback": 0,
             "linksBlocked": 0, "uptimeSeconds": _seconds(agent.clock(), agent.started_at),
             "memoryUsage": vm_size(), "workerThreads": 1,
-            "defaultDistribution": getattr(r.address_config, "default_distribution", None),
+            "defaultDistribution": r.address_config.default_distribution,
             **totals,
         }
         return [self.row(r.id, "1", values)]
-
-
-def _version() -> str:
-    try:
-        from router.core import VERSION
-        return VERSION
-    except ImportError:
-        return PRODUCT_VERSION_FALLBACK
-
-
-def _mesh(agent) -> list[dict]:
-    from router.management.agent import mesh_nodes
-    return mesh_nodes(agent.router)
-
-
-def link_routes(router) -> list:
-    """(direction, pattern, LinkRoute) for every configured link route."""
-    lr = getattr(router, "link_router", None)
-    out = []
-    for direction, table in (getattr(lr, "tables", None) or {}).items():
-        for pattern, route in table.items():
-            out.append((direction, pattern, route))
-    return out
 
 
 def sasl_of(engine) -> tuple[str | None, str | None]:
@@ -160,7 +136,6 @@ class ConnectionEntity(EntityAdapter):
         for rc in sorted(self.router.connections, key=lambda c: c.engine.id):
             e = rc.engine
             mech, user = sasl_of(e)
-            last = getattr(rc, "last_delivery_at", None)
             values = {
                 "adminStatus": "enabled", "operStatus": "up", "protocol": "amqp",
                 "container": e.remote_container or "", "opened": True, "host": e.remote_host,
@@ -168,7 +143,7 @@ class ConnectionEntity(EntityAdapter):
                 "isAuthenticated": mech is not None, "isEncrypted": False, "enableProtocolTrace": False,
                 "sasl": mech, "user": user or "anonymous", "ssl": False, "sslSsf": 0,
                 "uptimeSeconds": _seconds(now, rc.opened_at), "properties": _remote_properties(e),
-                "lastDlvSeconds": _seconds(now, last), "active": True,
+                "lastDlvSeconds": _seconds(now, rc.last_delivery_at), "active": True,
             }
             out.append(self.row(f"connection/{e.remote_host}", str(e.id), values))
         return out
@@ -180,9 +155,9 @@ class ConnectionEntity(EntityAdapter):
         if unknown:
             raise bad_request(f"attribute '{sorted(unknown)[0]}' cannot be updated on a connection")
         if status == "deleted":
-            for rc in self.router.connections:
-                if str(rc.engine.id) == row["identity"]:
-                    rc.engine.close("amqp:connection:forced", "closed by management")
+            rc = self.control.find_connection(row["identity"])
+            if rc is not None:
+                self.control.close_connection(rc, "closed by management")
             row = dict(row, adminStatus="deleted", operStatus="down")
         return row
 
@@ -197,7 +172,7 @@ def _remote_properties(engine) -> dict:
 
 def link_type(rc, rl=None) -> str:
     role = rc.role or "normal"
-    if role == "inter-router" or getattr(rl, "inter_router", False):
+    if role == "inter-router" or (rl is not None and rl.inter_router):
         return "inter-router"
     if role == "edge":
         return "edge-downlink"
@@ -250,30 +225,17 @@ class LinkEntity(EntityAdapter):
             raise bad_request("UPDATE of a link needs attribute 'adminStatus'")
         if status == "enabled":
             return row
-        for rc, rl in _links(self.router):
-            if str(rl.id) == row["identity"]:
-                detach_link(self.router, rc, rl, "amqp:link:detach-forced", f"link {status} by management")
-                return dict(row, adminStatus=status, operStatus="down")
-        return row
-
-
-def detach_link(router, rc, rl, condition: str, description: str) -> None:
-    """Take a router link out of routing and detach it towards its peer."""
-    close = getattr(router, "close_link", None)
-    if close is not None:
-        close(rl, condition, description)
-        return
-    rc.links.pop(rl.ptr, None)
-    router._unbind(rl)
-    rc.engine.close_link(rl.ptr, condition, description)
-
-
-ADDRESS_CLASS_ROUTE = {"C": "in", "D": "out", "E": "in", "F": "out"}
+        rl = self.control.find_link(row["identity"])
+        if rl is None:
+            return row
+        self.control.close_link(rl, f"link {status} by management")
+        return dict(row, adminStatus=status, operStatus="down")
 
 
 class AddressEntity(EntityAdapter):
     short = "router.address"
-    description = "One routing-table entry (key as Dispatch's: M0addr, Lname, Rrouter, C/D link routes)."
+    description = ("One routing-table entry (key as Dispatch's: M0addr, Lname, Rrouter, C/D prefix and E/F "
+                   "pattern link routes).")
     attributes = (
         "name", "identity", "type", "key", "distribution", "priority", "inProcess", "subscriberCount",
         "remoteCount", "containerCount", "remoteHostRouters", "deliveriesIngress", "deliveriesEgress",
@@ -287,32 +249,23 @@ class AddressEntity(EntityAdapter):
         out = []
         for key in sorted(r.addresses):
             addr = r.addresses[key]
-            in_process = 1 if getattr(addr, "handler", None) is not None else 0
-            remote = sorted(getattr(addr, "rnodes", None) or ())
+            in_process = 1 if addr.handler is not None else 0
+            remote = sorted(addr.rnodes)
             values = {
                 "key": key, "distribution": addr.distribution, "priority": -1, "inProcess": in_process,
                 "subscriberCount": len(addr.rlinks), "remoteCount": len(remote), "containerCount": 0,
                 "remoteHostRouters": list(remote), "deliveriesIngress": addr.deliveries_ingress,
                 "deliveriesEgress": addr.deliveries_egress,
-                "deliveriesTransit": getattr(addr, "deliveries_transit", 0),
-                "deliveriesToContainer": getattr(addr, "deliveries_to_container", 0),
-                "deliveriesFromContainer": getattr(addr, "deliveries_from_container", 0),
+                "deliveriesTransit": addr.deliveries_transit,
+                "deliveriesToContainer": addr.deliveries_to_container,
+                "deliveriesFromContainer": addr.deliveries_from_container,
                 "deliveriesRedirectedToFallback": 0, "transitOutstanding": None, "trackedDeliveries": 0,
                 "deliveriesIngressRouteContainer": 0, "deliveriesEgressRouteContainer": 0,
             }
             out.append(self.row(key, key, values))
-        configured = self.agent.adapters.get("org.apache.qpid.dispatch.router.config.linkRoute")
-        by_name = {e["name"]: e for e in getattr(configured, "entities", ())}
-        for direction, pattern, route in link_routes(r):
-            prefix = getattr(route, "pattern", pattern)
-            entity = by_name.get(route.name)
-            # Dispatch's classes: C/D for a prefix route in/out, E/F for a pattern route in/out.
-            if entity is not None and entity.get("pattern") is not None:
-                klass = "E" if direction == "in" else "F"
-            else:
-                klass = "C" if direction == "in" else "D"
-            key = klass + prefix
-            containers = _route_containers(r, route)
+        for route in self.control.link_routes():
+            key = route.key  # Dispatch's classes: C/D for a prefix route in/out, E/F for a pattern route
+            containers = self.control.route_containers(route)
             values = {"key": key, "distribution": "linkBalanced", "priority": -1, "inProcess": 0,
                       "subscriberCount": 0, "remoteCount": 0, "containerCount": containers,
                       "remoteHostRouters": [], "deliveriesIngress": 0, "deliveriesEgress": 0,
@@ -320,12 +273,6 @@ class AddressEntity(EntityAdapter):
                       "deliveriesRedirectedToFallback": 0, "trackedDeliveries": 0}
             out.append(self.row(key, key, values))
         return out
-
-
-def _route_containers(router, route) -> int:
-    return sum(1 for rc in router.connections
-               if (route.connection is not None and rc.name == route.connection)
-               or (route.container_id is not None and rc.engine.remote_container == route.container_id))
 
 
 class NodeEntity(EntityAdapter):
@@ -337,7 +284,7 @@ class NodeEntity(EntityAdapter):
     def rows(self) -> list[dict]:
         out = []
         own = self.router.id
-        for index, node in enumerate(sorted(_mesh(self.agent), key=lambda n: str(n.get("id")))):
+        for index, node in enumerate(sorted(self.router.mesh_nodes(), key=lambda n: str(n["id"]))):
             values = {k: node.get(k) for k in self.attributes if k in node}
             if node.get("id") == own:
                 # Dispatch shows the router itself with next hop "(self)" and no link or cost.
@@ -357,7 +304,7 @@ class NodeEntity(EntityAdapter):
         the mesh may hand over the connection record itself."""
         if link is None or isinstance(link, int):
             return link
-        mesh_conns = sorted((rc for rc in self.router.connections if getattr(rc, "mesh", None) is not None),
+        mesh_conns = sorted((rc for rc in self.router.connections if rc.mesh is not None),
                             key=lambda rc: rc.engine.id)
         for index, rc in enumerate(mesh_conns):
             if rc is link:
