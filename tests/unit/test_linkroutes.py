@@ -149,3 +149,48 @@ def test_addresses_outside_the_route_are_message_routed_and_prefixes_are_rewritt
     h.pump()
     assert routed.remote_source.address == "test.q"  # as the client knows it
     assert plain.state & Endpoint.REMOTE_ACTIVE and plain.remote_source.address == "other"
+
+
+def test_add_route_and_remove_route_keep_pattern_and_prefix_apart():
+    """Routes added while the router runs are pattern or prefix routes as the entity says, with the mesh
+    key of their class (Qpid Dispatch 1.19 src/iterator.c: C/D prefix, E/F pattern)."""
+    from router.linkroutes import LinkRoute
+
+    h = RouterHarness()
+    lr = h.router.link_router
+    pattern = LinkRoute.from_entity(Entity(name="pat", pattern="orders.*.eu", direction="out", connection="broker"))
+    prefix = LinkRoute.from_entity(Entity(name="pre", prefix="audit", direction="in", connection="broker"))
+    lr.add_route(pattern)
+    lr.add_route(prefix)
+    assert (pattern.key, prefix.key) == ("Forders.*.eu", "Caudit")
+    assert lr.tables["out"].lookup("orders.42.eu") is pattern
+    assert lr.tables["out"].lookup("orders.42.us") is None  # a pattern, not the prefix "orders.*.eu"
+    assert lr.tables["in"].lookup("audit.x") is prefix
+    try:
+        lr.add_route(LinkRoute.from_entity(Entity(name="pat", prefix="other", direction="in", connection="b")))
+    except ValueError as exc:
+        assert "pat" in str(exc)
+    else:
+        raise AssertionError("a second route named 'pat' was accepted")
+    assert lr.remove_route("pat") is pattern
+    assert lr.tables["out"].lookup("orders.42.eu") is None
+    assert [r.name for r in lr.routes()] == ["pre"]
+
+
+def test_added_route_is_advertised_at_once_when_its_container_is_connected():
+    """A route added (by management) while its container is connected is advertised to the mesh with its
+    pattern key at once, and withdrawn when it is removed."""
+    from router.linkroutes import LinkRoute
+    from tests.unit.meshpair import MeshHarness
+
+    h = MeshHarness("A")
+    broker = h.client("A", name="broker", role="route-container")
+    router = h.routers["A"]
+    advertised = []
+    router.advertise_key = lambda key, present: advertised.append((key, present))
+    router.link_router.add_route(LinkRoute.from_entity(Entity(name="pat", pattern="orders.#", direction="in",
+                                                              connection="broker")))
+    assert advertised == [("Eorders.#", True)]
+    router.link_router.remove_route("pat")
+    assert advertised == [("Eorders.#", True), ("Eorders.#", False)]
+    assert broker.connection.state & Endpoint.REMOTE_ACTIVE

@@ -287,3 +287,38 @@ def test_pattern_link_route_address_class(setup):
     assert resp.status == 201, resp.description
     keys = {a["name"] for a in query(agent, "router.address")}
     assert "Fa.*.b" in keys and "Clr" in keys
+
+
+@pytest.mark.parametrize("created_on", ["client's router", "container's router"])
+def test_pattern_link_route_created_by_management_routes_across_the_mesh(created_on):
+    """A pattern linkRoute created through management is a pattern route to the mesh too (key E/F, as a
+    configured one): a link attached on A reaches the container on C through B, whether management
+    created the route on A (the client's router) or on C (the container's router) and the others have it
+    from their configuration. It used to be advertised or looked up as a prefix route (C/D) and the attach
+    was refused with qd:no-route-to-dest."""
+    from router.core import Router
+    from tests.unit.meshpair import FAST_TIMERS, MeshHarness
+    from tests.unit.test_autolinks import AutoLinkEntity as Entity
+    from tests.unit.test_linkroutes import broker_answers
+
+    route = {"pattern": "orders.*.eu", "direction": "in", "connection": "broker"}
+    managed = "A" if created_on == "client's router" else "C"
+    h = MeshHarness()
+    for rid in ("A", "B", "C"):
+        configured = [] if rid == managed else [Entity(name="orders", **route)]
+        h.routers[rid] = Router(rid, mode="interior", clock=lambda: h.now, mesh_timers=FAST_TIMERS,
+                                link_route_entities=configured)
+    h.link("A", "B")
+    h.link("B", "C")
+    broker = h.client("C", name="broker", role="route-container")
+    resp = call(ManagementAgent(h.routers[managed]), "CREATE", type="linkRoute", name="orders", body=route)
+    assert resp.status == 201, resp.description
+    h.settle_topology(8)
+    client = h.client("A")
+    snd = client.sender("orders.42.eu", name="far-sender")
+    h.pump()
+    assert snd.remote_condition is None, snd.remote_condition
+    [b_rcv] = broker_answers(broker)
+    assert b_rcv.name == "far-sender" and b_rcv.remote_target.address == "orders.42.eu"
+    h.pump()
+    assert snd.state & proton.Endpoint.REMOTE_ACTIVE
