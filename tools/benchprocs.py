@@ -1,27 +1,19 @@
-"""Processes for ``tdbench``: tdrouterd and tdbroker subprocesses (ports read from their start-up lines),
-the line of interior routers for ``--hops``, and the bench's default configurations."""
+"""Processes for ``tdbench``: tdrouterd and tdbroker subprocesses (started, and their ports read, by
+:mod:`tools.daemons`), the line of interior routers for ``--hops``, and the bench's default
+configurations."""
 
 from __future__ import annotations
 
 import os
-import pathlib
-import re
-import selectors
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from urllib.parse import urlparse
 
 import click
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-LISTENING_RE = re.compile(r"^tdrouterd: listening on (?P<host>.+):(?P<port>\d+) \(listener [^,]*, role (?P<role>[^)]*)\)")
-READY_RE = re.compile(r"^tdrouterd: ready \(router id (?P<id>.*)\)")
-ROUTER_START_SECONDS = 15.0
+from tools import daemons
 
-BROKER_LISTENING_RE = re.compile(r"^tdbroker: listening on (?P<host>.+):(?P<port>\d+) \(acceptor")
+REPO_ROOT = daemons.PACKAGE_ROOT
+ROUTER_START_SECONDS = 15.0
 
 BROKER_XML = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -111,132 +103,55 @@ def start_line(hops: int) -> list:
 
 
 class BenchError(Exception):
-    pass
+    """The bench cannot run (a daemon did not start, a bad option): tdbench says why and exits 2."""
 
 
-class RouterProcess:
-    """A tdrouterd subprocess for the bench: started from a config, its port read from stdout."""
+class _BenchDaemon(daemons.DaemonProcess):
+    """A daemon of the bench: its configuration (unless the caller names a file), stderr and any journal
+    live in a temporary directory that :meth:`stop` removes."""
 
-    def __init__(self, config_text: str | None = None, config_path: str | None = None):
+    failure = BenchError
+
+    def __init__(self, program: daemons.Program, conf_name: str, config_text: str, config_path: str | None):
         self.tmp = tempfile.TemporaryDirectory(prefix="tdbench-")
         if config_path is None:
-            config_path = os.path.join(self.tmp.name, "router.conf")
+            config_path = os.path.join(self.tmp.name, conf_name)
             with open(config_path, "w") as f:
-                f.write(config_text or DEFAULT_ROUTER_CONFIG)
-        self.config_path = config_path
-        self.stderr_path = os.path.join(self.tmp.name, "router.stderr")
-        self.proc: subprocess.Popen | None = None
-        self.port: int | None = None
-        self.ports: dict[str, int] = {}  # listener role -> its port
-        self.router_id: str | None = None
+                f.write(config_text)
+        stderr_path = os.path.join(self.tmp.name, os.path.splitext(conf_name)[0] + ".stderr")
+        super().__init__(program, config_path, stderr_path=stderr_path, start_timeout=ROUTER_START_SECONDS)
 
-    def start(self) -> "RouterProcess":
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "router.daemon", "-c", self.config_path],
-            cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr,
-        )
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + ROUTER_START_SECONDS
-        buf = b""
+    def describe_failure(self, why: str) -> str:
+        return f"{self.program.name} {why}\n--- stderr ---\n{self.stderr_tail()}"
+
+    def stop(self, timeout: float = daemons.DEFAULT_STOP_TIMEOUT) -> int | None:
         try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._fail(f"did not report ready within {ROUTER_START_SECONDS:.0f} s")
-                if not sel.select(remaining):
-                    continue
-                chunk = os.read(self.proc.stdout.fileno(), 4096)
-                if not chunk:
-                    self._fail(f"exited with status {self.proc.wait(timeout=5)} before it was ready")
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    text = line.decode("utf-8", "replace")
-                    m = LISTENING_RE.match(text)
-                    if m:
-                        self.ports.setdefault(m["role"], int(m["port"]))
-                    if m and self.port is None:
-                        self.port = int(m["port"])
-                    m = READY_RE.match(text)
-                    if m:
-                        if self.port is None:
-                            self._fail("was ready without reporting a listener")
-                        self.router_id = m["id"]
-                        return self
+            return super().stop(timeout)
+        except BenchError:
+            return self.returncode  # killed after ignoring SIGTERM: the status tells, not a traceback
         finally:
-            sel.close()
+            self.tmp.cleanup()
 
-    def _fail(self, why: str):
-        self.stop()
-        raise BenchError(f"tdrouterd {why}\n--- stderr ---\n{self.stderr_tail()}")
 
-    def stderr_tail(self, lines: int = 40) -> str:
-        try:
-            with open(self.stderr_path, "rb") as f:
-                text = f.read().decode("utf-8", "replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
+class RouterProcess(_BenchDaemon):
+    """A tdrouterd subprocess for the bench: started from a config (text, or a file of the caller's);
+    ``port`` is its first listener's, ``ports`` maps listener names to ports."""
 
-    def stop(self) -> int | None:
-        code = None
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-            code = self.proc.returncode
-            if self.proc.stdout:
-                self.proc.stdout.close()
-            self._stderr.close()
-        self.tmp.cleanup()
-        return code
+    def __init__(self, config_text: str | None = None, config_path: str | None = None):
+        super().__init__(daemons.ROUTER, "router.conf", config_text or DEFAULT_ROUTER_CONFIG, config_path)
 
     @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+    def router_id(self) -> str | None:
+        return self.reported_id
 
 
-class BrokerProcess(RouterProcess):
-    """A tdbroker subprocess peered with the bench's router (journal in a temporary directory)."""
+class BrokerProcess(_BenchDaemon):
+    """A tdbroker subprocess peered with the bench's router (journal in its temporary directory)."""
 
     def __init__(self, router_port: int):
-        super().__init__(config_text="")
-        self.config_path = os.path.join(self.tmp.name, "broker.xml")
-        with open(self.config_path, "w") as f:
+        super().__init__(daemons.BROKER, "broker.xml", "", None)
+        with open(self.conf_path, "w") as f:
             f.write(BROKER_XML.format(journal=os.path.join(self.tmp.name, "journal"), port=router_port))
-        self.stderr_path = os.path.join(self.tmp.name, "broker.stderr")
-
-    def start(self) -> "BrokerProcess":
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.daemon", "-c", self.config_path],
-                                     cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=self._stderr)
-        deadline = time.monotonic() + ROUTER_START_SECONDS
-        for raw_line in self.proc.stdout:
-            text = raw_line.decode("utf-8", "replace")
-            m = BROKER_LISTENING_RE.match(text)
-            if m and self.port is None:
-                self.port = int(m["port"])
-            if text.strip() == "tdbroker: ready":
-                return self
-            if time.monotonic() > deadline:
-                break
-        self._fail("did not report ready")
-
-    def _fail(self, why: str):
-        self.stop()
-        raise BenchError(f"tdbroker {why}\n--- stderr ---\n{self.stderr_tail()}")
 
 
 def parse_router_url(url: str) -> tuple[str, int]:

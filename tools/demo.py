@@ -26,9 +26,6 @@ the consumer reject every Nth message instead of accepting it.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -38,6 +35,7 @@ from proton import Delivery, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from tools.daemons import BROKER, ROUTER, DaemonProcess
 from wire.flowrecords import FlowRecorder
 
 # How long the producer is left without a consumer, so the blocked state is visible.
@@ -45,6 +43,7 @@ BLOCKED_SECONDS = 2.0
 # A demo step that has not finished by then is reported as failed instead of hanging.
 STEP_TIMEOUT_SECONDS = 30.0
 READY_TIMEOUT_SECONDS = 15.0
+_PROGRAMS = {ROUTER.module: ROUTER, BROKER.module: BROKER}
 ROUTER_CONF = """\
 router {
     mode: standalone
@@ -111,35 +110,19 @@ def _rejects(i: int, reject_every: int) -> bool:
     return reject_every > 0 and i % reject_every == reject_every - 1
 
 
-class Daemon:
-    """A tdrouterd or tdbroker subprocess with its config in a temporary directory; SIGTERM at exit."""
+class Daemon(DaemonProcess):
+    """A tdrouterd (``router.daemon``) or tdbroker (``broker.daemon``) subprocess with its config (and
+    stderr) in ``workdir``: started on entering the ``with`` block (``port`` is its first listener's),
+    SIGTERM on leaving it."""
+
+    failure = click.ClickException
 
     def __init__(self, module: str, conf_name: str, conf_text: str, workdir: str):
         self.module = module
         self.conf = os.path.join(workdir, conf_name)
         with open(self.conf, "w") as f:
             f.write(conf_text)
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    def __enter__(self) -> "Daemon":
-        self.proc = subprocess.Popen([sys.executable, "-m", self.module, "-c", self.conf],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        for line in self.proc.stdout:
-            m = re.search(r": listening on [^ ]+:(\d+) ", line)
-            if m and not self.port:
-                self.port = int(m.group(1))
-            if ": ready" in line or time.monotonic() > deadline:
-                break
-        if not self.port:
-            raise click.ClickException(f"{self.module} did not start")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
+        super().__init__(_PROGRAMS[module], self.conf, start_timeout=READY_TIMEOUT_SECONDS)
 
 
 class Brokerless(MessagingHandler):

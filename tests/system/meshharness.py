@@ -69,10 +69,7 @@ class MeshRouter(RouterProcess):
     def restart(self) -> "MeshRouter":
         """Start again after kill() or stop(), on the same ports."""
         self.pin_ports()
-        self.proc = None
-        self.killed = False
-        self._lines = type(self._lines)()
-        self.stdout_lines = []
+        self.proc = None  # start() begins afresh: new listeners, stdout lines, killed flag
         return self.start()
 
 

@@ -3,14 +3,8 @@ no consumer anywhere are stored by the broker, and a consumer attaching later ge
 
 from __future__ import annotations
 
-import os
 import pathlib
-import queue
 import re
-import signal
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
@@ -19,13 +13,13 @@ from proton import Message
 from broker.journal import Journal
 from tests.system.clients import Consumer, Producer
 from tests.system.harness import REPO_ROOT, free_port
+from tools.daemons import BROKER, DaemonProcess, run_expecting_failure
 
 pytestmark = pytest.mark.system
 
 TIMEOUT = 30
 COUNT = 200
 WAYPOINT = "address {\n prefix: queue\n waypoint: yes\n}"
-LISTENING_RE = re.compile(r"^tdbroker: listening on (?P<host>.+):(?P<port>\d+) \(acceptor (?P<name>.*)\)\s*$")
 
 BROKER_XML = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -49,56 +43,22 @@ BROKER_XML = """\
 """
 
 
-class BrokerProcess:
+class BrokerProcess(DaemonProcess):
+    """A tdbroker subprocess on ``conf`` (tools/daemons.py reads its start-up lines). Its stderr is appended
+    to ``workdir/broker.stderr``, so a broker restarted on the same journal keeps its earlier log."""
+
     def __init__(self, conf: pathlib.Path, workdir: pathlib.Path):
+        super().__init__(BROKER, conf, stderr_path=workdir / "broker.stderr", stderr_append=True,
+                         start_timeout=TIMEOUT, cwd=REPO_ROOT)
         self.conf = conf
-        self.stderr_path = workdir / "broker.stderr"
-        self.ports: dict[str, int] = {}
-        self.proc: subprocess.Popen | None = None
         self.journal_dir = workdir / "journal"
 
-    def start(self) -> "BrokerProcess":
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self._stderr = open(self.stderr_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.daemon", "-c", str(self.conf)],
-                                     cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=self._stderr)
-        lines: queue.Queue = queue.Queue()
+    def check_ready(self) -> None:
+        pass  # a broker with no acceptor (only broker-connections) is ready too
 
-        def read():
-            for raw_line in self.proc.stdout:
-                lines.put(raw_line.decode(errors="replace"))
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-        while True:
-            try:
-                line = lines.get(timeout=TIMEOUT)
-            except queue.Empty:
-                raise AssertionError(f"tdbroker did not get ready:\n{self.stderr_text()}") from None
-            if line is None:
-                raise AssertionError(f"tdbroker exited early:\n{self.stderr_text()}")
-            m = LISTENING_RE.match(line)
-            if m:
-                self.ports[m["name"]] = int(m["port"])
-            if line.strip() == "tdbroker: ready":
-                return self
-
-    def stderr_text(self) -> str:
-        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
-
-    def stop(self) -> int:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"tdbroker ignored SIGTERM:\n{self.stderr_text()}") from None
-        self._stderr.close()
-        return code
+    def stop(self, timeout: float = 15) -> int:
+        code = super().stop(timeout)
+        return 0 if code is None else code
 
 
 @pytest.fixture
@@ -195,10 +155,9 @@ def test_bad_config_is_reported_with_file_and_line(tmp_path):
     conf = tmp_path / "broker.xml"
     conf.write_text(BROKER_XML.replace("<journal-directory>", "<jurnal-directory>")
                     .replace("</journal-directory>", "</jurnal-directory>"))
-    proc = subprocess.run([sys.executable, "-m", "broker.daemon", "-c", str(conf)], cwd=REPO_ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), capture_output=True, timeout=TIMEOUT)
-    assert proc.returncode == 2
-    assert re.match(rf"^{re.escape(str(conf))}:5: .*jurnal-directory", proc.stderr.decode()), proc.stderr
+    code, stderr = run_expecting_failure(BROKER, conf, timeout=TIMEOUT, cwd=REPO_ROOT)
+    assert code == 2
+    assert re.match(rf"^{re.escape(str(conf))}:5: .*jurnal-directory", stderr), stderr
 
 
 def test_unsettled_messages_of_a_vanished_consumer_come_back_in_order(brokered):
