@@ -76,6 +76,11 @@ class AddressParser:
             return f"M{phase}{name}"
         return klass + name
 
+    @property
+    def memoised(self) -> int:
+        """How many ``to`` strings the memo holds (at most TO_KEY_CACHE_LIMIT)."""
+        return len(self._to_cache)
+
     def key_for_to(self, to: str) -> str:
         """Key for a message's `to` (phase 0), memoised because it runs per anonymous message."""
         k = self._to_cache.get(to)

@@ -101,18 +101,18 @@ class Router(ConnectionHandler):
             self.address_config.add(entity)
         self.addresses = AddressTable()
         self.connections: set[RouterConnection] = set()
-        self.clock = self._clock = clock or (lambda: 0.0)
+        self.clock = clock or (lambda: 0.0)
         self.budget = budget or BufferBudget()
         self.budget.connections = self.connections
         # Messages still arriving on any of this router's engines (their bytes count in the budget).
-        self.assembly = MessageAssembler(on_held=self._on_held, clock=self._clock)
+        self.assembly = MessageAssembler(on_held=self._on_held, clock=self.clock)
         self.trimmer = HeapTrimmer()
         # Counters of links that have gone, so router-wide totals (management) do not fall back.
         self.closed_link_totals: dict[str, int] = {}
         self.flow = flow_recorder  # wire.flowrecords.FlowRecorder, or None
         self.flow_hooks = FlowHooks(router_id, flow_recorder) if flow_recorder is not None else None
         self.forwarder = Forwarder(addresses=self.addresses, parser=self.parser, address_config=self.address_config,
-                                   budget=self.budget, clock=self._clock, links=self, flow=self.flow_hooks)
+                                   budget=self.budget, clock=self.clock, links=self, flow=self.flow_hooks)
         self.mesh = None  # router.mesh.engine.RoutingEngine in interior mode
         self.edge: EdgeUplink | None = None  # in edge mode
         if self.mode == "interior":
@@ -126,7 +126,7 @@ class Router(ConnectionHandler):
                                               edge=self.edge)
         self.forwarder.use_special_path(self.mesh_forwarding)
         self.inter_router = InterRouterLinks(self.mesh, data_links=self.forwarder,
-                                             remote_routes=self.mesh_forwarding, clock=self._clock)
+                                             remote_routes=self.mesh_forwarding, clock=self.clock)
         self.auto_links = AutoLinkManager(self, auto_link_entities)
         self.link_router = LinkRouter(self, link_route_entities)
         self.control = RouterControl(self)  # what management changes (router/control.py)
@@ -183,7 +183,7 @@ class Router(ConnectionHandler):
             self.forwarder.on_batch_end()
 
     def now(self) -> float:
-        return self._clock()
+        return self.clock()
 
     def _on_held(self, record, delta: int) -> None:
         """The bytes of messages still arriving changed (wire/assembly.py): they count router-wide."""
@@ -230,7 +230,7 @@ class Router(ConnectionHandler):
 
     def new_engine(self, settings: ConnectionSettings, *, server: bool, remote_host: str = "") -> EngineConnection:
         engine = EngineConnection(self, settings, server=server, remote_host=remote_host, assembler=self.assembly)
-        rc = RouterConnection(engine, settings.role, settings.name, self._clock())
+        rc = RouterConnection(engine, settings.role, settings.name, self.clock())
         engine.app = rc
         self.connections.add(rc)
         return engine

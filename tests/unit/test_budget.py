@@ -224,7 +224,7 @@ def test_sessions_opened_and_ended_do_not_accumulate(n):
 
     h = harness()
     peer = h.connect()
-    conn = peer.router_engine.connection._impl  # noqa: SLF001 - counting the engine's sessions
+    conn = raw.pointer(peer.router_engine.connection)  # counting the engine's sessions
 
     def sessions() -> int:
         count, s = 0, raw.lib.pn_session_head(conn, 0)
