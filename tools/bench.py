@@ -3,7 +3,7 @@
 ``tdbench --brokered`` measures the store-and-forward path instead: producer -> router -> tdbroker ->
 router -> consumer (a waypoint address served by a tdbroker attached as a ``<peer>``), durable and
 non-durable, with producer and consumer running at the same time; ``--rabbitmq start`` (a private node,
-see ``tests/system/rabbitmq.py``) or ``--rabbitmq URL`` drives RabbitMQ's AMQP 1.0 queue with the same
+see ``tools/rabbitmq.py``) or ``--rabbitmq URL`` drives RabbitMQ's AMQP 1.0 queue with the same
 client and load in the same run. Durable runs compare like with like: both brokers accept a durable
 message only after it is fsynced (tdbroker's journal with journal-sync-non-transactional true, RabbitMQ's
 confirms for persistent messages on a durable queue).
@@ -204,7 +204,7 @@ def run_brokered(*, messages: int = BROKERED_MESSAGES, size: int = 100, window: 
                          {"broker": broker.pid}) for k, d in kinds]
         if rabbitmq:
             if rabbitmq == "start":
-                from tests.system.rabbitmq import RabbitNode, missing_reason
+                from tools.rabbitmq import RabbitNode, missing_reason
 
                 why = missing_reason()
                 if why:

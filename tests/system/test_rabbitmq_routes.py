@@ -10,7 +10,7 @@ from proton import Message
 from proton.utils import BlockingConnection
 
 from tests.system.clients import Consumer, Producer
-from tests.system.rabbitmq import RabbitNode, require_rabbitmq
+from tools.rabbitmq import RabbitNode, require_rabbitmq
 from tests.system.test_broker_linkroute import AUTO_LINKS, LINK_ROUTES, receive_all, send_all
 from tests.system.test_brokered import BrokerProcess
 
@@ -115,7 +115,7 @@ def test_wrong_password_is_refused_by_rabbitmq(tmp_path, rabbit):
 
 
 def test_missing_rabbitmq_skips_locally_and_fails_under_ci(monkeypatch):
-    from tests.system import rabbitmq
+    from tools import rabbitmq
 
     monkeypatch.setattr(rabbitmq, "SERVER_SCRIPTS", ("/nonexistent/rabbitmq-server",))
     monkeypatch.setenv("CI", "true")

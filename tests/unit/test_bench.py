@@ -6,6 +6,7 @@ sanity (everything arrived and was accepted, a positive rate, p50 <= p99), not f
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -161,3 +162,21 @@ def test_hops_bench_runs_through_a_line_of_routers():
     rep = run_bench(messages=N, hops=2, duration_limit=60, direct=False)
     assert rep["ok"], rep["problems"]
     assert rep["hops"] == 2 and rep["router"]["received"] == N
+
+
+def test_tools_import_nothing_from_tests():
+    """The package ships tools/ without tests/ (pyproject.toml excludes it): an import of ``tests.*`` in
+    tools/ works in a checkout and fails once installed, as ``tdbench --brokered --rabbitmq start`` did
+    while the RabbitMQ node helper lived in tests/system/."""
+    offenders = []
+    for path in sorted((REPO_ROOT / "tools").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            offenders += [f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {name}" for name in names
+                          if name == "tests" or name.startswith("tests.")]
+    assert offenders == []

@@ -1,12 +1,12 @@
-"""A private RabbitMQ node for system tests and the bench: Debian's ``rabbitmq-server`` (3.10) with the
-``rabbitmq_amqp1_0`` plugin, on 127.0.0.1 with free ports, its own configuration file, enabled-plugins
-file, data (mnesia) directory, log directory, Erlang cookie (``HOME``), node name and epmd port, so it
-never touches a system-wide RabbitMQ.
+"""A private RabbitMQ node for ``tdbench --brokered --rabbitmq start`` and the system tests: Debian's
+``rabbitmq-server`` (3.10) with the ``rabbitmq_amqp1_0`` plugin, on 127.0.0.1 with free ports, its own
+configuration file, enabled-plugins file, data (mnesia) directory, log directory, Erlang cookie (``HOME``),
+node name and epmd port, so it never touches a system-wide RabbitMQ.
 
 ``RabbitNode(workdir).start()`` waits until the AMQP port answers; ``stop()`` ends the node and its
-private epmd. :func:`require_rabbitmq` skips a test with the reason when the server is not installed,
-except under CI (``CI=true``), where a missing server is a failure: CI installs it with
-``.ci/install-rabbitmq``.
+private epmd. :func:`missing_reason` says why no node can be started here (None when one can);
+:func:`require_rabbitmq` turns that into a pytest skip with the reason, except under CI (``CI=true``),
+where a missing server is a failure: CI installs it with ``.ci/install-rabbitmq``.
 
 AMQP 1.0 addressing in this RabbitMQ version: a plain address such as ``test.orders`` names a queue
 (declared on attach) for both senders and receivers, which is all the route-container tests need.
@@ -24,7 +24,7 @@ import socket
 import subprocess
 import time
 
-from tests.system.harness import free_port
+from tools.daemons import free_port
 
 # Debian puts the real start script here; /usr/sbin/rabbitmq-server is a wrapper that switches to the
 # rabbitmq user and the system-wide directories, which a private node must not use.
@@ -62,8 +62,9 @@ def missing_reason() -> str | None:
 
 
 def require_rabbitmq() -> None:
-    """Skip (fail under CI=true) when RabbitMQ is not available."""
-    import pytest  # here, not at the top: tdbench --rabbitmq start uses this module without pytest
+    """Skip (fail under CI=true) when RabbitMQ is not available. For tests only: pytest is imported here,
+    not at the top, because tdbench uses this module where pytest is not installed."""
+    import pytest
 
     why = missing_reason()
     if why is None:
