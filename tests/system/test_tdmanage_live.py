@@ -219,3 +219,102 @@ def test_unknown_router_id_times_out_with_a_clear_message(router_factory):
     assert proc.returncode == 1
     assert proc.stderr.strip() == "tdstat: TimeoutError: no answer from _topo/0/Router.Nowhere/$management within 2 s"
     assert run_tool("tools.tdstat", "-g", "-b", f"127.0.0.1:{r.ports['amqp']}").returncode == 0
+
+
+# -- a pattern link route created through tdmanage, used across a mesh -------------------------------------
+
+ORDERS_BROKER_XML = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<configuration xmlns="urn:activemq" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<core xmlns="urn:activemq:core">
+  <name>orders-broker</name>
+  <journal-directory>{journal}</journal-directory>
+  <acceptors>
+    <acceptor name="amqp">tcp://127.0.0.1:0?protocols=AMQP</acceptor>
+  </acceptors>
+  <addresses>
+    <address name="orders.42.eu"><anycast><queue name="orders.42.eu"/></anycast></address>
+  </addresses>
+</core>
+</configuration>
+"""
+
+#: Two link routes (client senders in, client receivers out) for one pattern, to the connection named
+#: ``broker``: the form tdmanage creates them in, and the configuration file's form of the same.
+ORDERS_ROUTES = [("orders-in", "in"), ("orders-out", "out")]
+ORDERS_PATTERN = "orders.*.eu"
+ORDERS_ROUTES_CONF = "\n\n".join(
+    f"linkRoute {{\n    name: {name}\n    pattern: {ORDERS_PATTERN}\n    direction: {direction}\n"
+    "    connection: broker\n}" for name, direction in ORDERS_ROUTES)
+
+
+@pytest.fixture
+def orders_broker(tmp_path):
+    from tools.daemons import BROKER, DaemonProcess
+
+    conf = tmp_path / "orders-broker.xml"
+    conf.write_text(ORDERS_BROKER_XML.format(journal=tmp_path / "journal"))
+    broker = DaemonProcess(BROKER, conf, start_timeout=TIMEOUT).start()
+    yield broker
+    close_all()
+    assert broker.stop() in (0, None), broker.stderr_text()[-2000:]
+
+
+def _attach_when_routed(make_client, timeout: float = TIMEOUT):
+    """A link-routed client attached once the route has reached its router. Until then the router refuses
+    the attach with qd:no-route-to-dest; each refused client is closed and a new one tried."""
+    deadline = time.monotonic() + timeout
+    while True:
+        client = make_client().start()
+        if not client.link_errors:
+            return client
+        client.close()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the link was never routed: {client.link_errors}")
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("created_on", ["C", "A"], ids=["on-the-container-router", "on-the-client-router"])
+def test_pattern_link_route_created_with_tdmanage_routes_across_a_mesh(two_router_mesh, orders_broker, created_on):
+    """A - B - C with a broker behind C (connector ``broker``, role route-container). The pattern link
+    routes are created with tdmanage on one router (C next to the container, or A next to the client);
+    the other routers have them from their configuration. A sender and a receiver attached on A for
+    ``orders.42.eu`` are link-routed through B and C to the broker's queue. A management-created pattern
+    route used to be keyed as a prefix route (C.../D... instead of E.../F...), so A and C disagreed on the
+    route and the attach was refused with qd:no-route-to-dest."""
+    m = two_router_mesh
+    container = ("connector {\n    name: broker\n    host: 127.0.0.1\n"
+                 f"    port: {orders_broker.ports['amqp']}\n    role: route-container\n"
+                 "    retryDelaySeconds: 0.2\n}")
+
+    def routes(rid: str) -> str:
+        return "" if rid == created_on else ORDERS_ROUTES_CONF
+
+    m.add("A", sections=routes("A"))
+    m.add("B", connect={"A": 1}, sections=routes("B"))
+    m.add("C", connect={"B": 1}, sections=container + "\n\n" + routes("C"))
+    for name, direction in ORDERS_ROUTES:
+        created = tdmanage_json(m[created_on], "create", "--type", "linkRoute", "--name", name,
+                                f"pattern={ORDERS_PATTERN}", f"direction={direction}", "connection=broker")
+        assert created["pattern"] == ORDERS_PATTERN and created["prefix"] is None
+    keys = {row["key"] for row in tdmanage_json(m[created_on], "query", "--type", "router.address", "key")}
+    assert {"E" + ORDERS_PATTERN, "F" + ORDERS_PATTERN} <= keys
+    m.wait_converged()
+
+    producer = _attach_when_routed(lambda: Producer(m.url("A"), "orders.42.eu", count=5))
+    producer.wait(TIMEOUT)
+    assert producer.outcomes == {"accepted": 5}  # the broker's outcomes: it holds them
+    consumer = _attach_when_routed(lambda: Consumer(m.url("A"), "orders.42.eu", credit=10, count=5))
+    consumer.wait(TIMEOUT)
+    assert consumer.ids == [0, 1, 2, 3, 4]
+    # The broker served them: its queue delivered and was acknowledged all five.
+    broker_bus = f"127.0.0.1:{orders_broker.ports['amqp']}"
+
+    def queue_row() -> dict:
+        rows = json.loads(run_tool("tools.tdmanage", "query", "--type", "org.apache.activemq.artemis.queue",
+                                   "name", "messageCount", "acknowledgedCount", "-b", broker_bus).stdout)
+        [row] = [r for r in rows if r["name"] == "orders.42.eu"]
+        return row
+
+    wait_until(lambda: queue_row() == {"name": "orders.42.eu", "messageCount": 0, "acknowledgedCount": 5},
+               what="the broker's queue to have all five acknowledged")
