@@ -18,8 +18,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from wire.annotations import ROUTER_PREFIX
+from router.addresses import DISTRIBUTIONS
 from router.budget import (DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTION_BUFFERED_BYTES,
                            DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS, MIN_BUFFERED_BYTES)
+from router.logsetup import LEVELS
+from router.mesh import protocol as P
 
 #: Status of an attribute or section in this release.
 ACTIVE = "active"        # parsed and acted on
@@ -29,13 +33,12 @@ DEPRECATED = "deprecated"  # deprecated in Dispatch; parsed, stored and ignored
 
 SCHEMA_PREFIX = "org.apache.qpid.dispatch."
 
-DISTRIBUTIONS = ("multicast", "closest", "balanced", "unavailable")
 ROUTER_MODES = ("standalone", "interior", "edge")
 CONNECTION_ROLES = ("normal", "inter-router", "route-container", "edge")
 STRIP_ANNOTATIONS = ("in", "out", "both", "no")
 DIRECTIONS = ("in", "out")
 ADDRESS_FAMILIES = ("IPv4", "IPv6")
-LOG_LEVELS = ("trace", "debug", "info", "notice", "warning", "error", "critical")
+LOG_LEVELS = tuple(LEVELS)  # Dispatch's, lowest first
 LOG_MODULES = (
     "ROUTER", "ROUTER_CORE", "ROUTER_HELLO", "ROUTER_LS", "ROUTER_MA", "MESSAGE",
     "SERVER", "AGENT", "AUTHSERVICE", "CONTAINER", "ERROR", "POLICY", "HTTP",
@@ -47,8 +50,10 @@ LOG_MODULES = (
 PORT_NAMES = {"amqp": "5672", "amqps": "5671"}
 #: openProperties keys the router owns (Dispatch reserves the same ones)
 RESERVED_OPEN_PROPERTIES = frozenset(
-    {"product", "version", "failover-server-list", "network-host", "port", "scheme", "hostname"}
+    {P.OPEN_PRODUCT, P.OPEN_VERSION, "failover-server-list", "network-host", "port", "scheme", "hostname"}
 )
+#: openProperties key prefixes the router owns: its OPEN properties' and its message annotations'
+RESERVED_PROPERTY_PREFIXES = (P.RESERVED_PROPERTY_PREFIX, ROUTER_PREFIX.decode())
 
 _TRUE = {"yes", "true", "1", "on"}
 _FALSE = {"no", "false", "0", "off"}
@@ -175,8 +180,9 @@ class Attr:
         for key in value:
             if not isinstance(key, str) or not key.isascii():
                 raise ValueError(f"{self.name} key {_fmt(key)} must be an ASCII string")
-            if key.startswith(("qd.", "x-opt-qd.")):
-                raise ValueError(f"{self.name} key {key!r} uses a reserved prefix ('qd.', 'x-opt-qd.')")
+            if key.startswith(RESERVED_PROPERTY_PREFIXES):
+                prefixes = ", ".join(repr(p) for p in RESERVED_PROPERTY_PREFIXES)
+                raise ValueError(f"{self.name} key {key!r} uses a reserved prefix ({prefixes})")
             if key in RESERVED_OPEN_PROPERTIES:
                 raise ValueError(f"{self.name} key {key!r} is reserved for the router")
         return dict(value)
@@ -245,12 +251,13 @@ _ROUTER = _entity("router", "router", [
     Attr("mode", "enum", "standalone", enum=ROUTER_MODES,
          doc="standalone: no routing protocol; interior: joins a mesh of interior routers; "
              "edge: attaches to an interior router."),
-    _secs("helloIntervalSeconds", 1, "helloInterval", "Seconds between HELLOs to neighbours."),
-    _secs("helloMaxAgeSeconds", 3, "helloMaxAge", "Seconds without a HELLO before a neighbour is lost."),
-    _secs("raIntervalSeconds", 30, "raInterval", "Seconds between router advertisements when stable."),
-    _secs("raIntervalFluxSeconds", 4, "raIntervalFlux",
+    _secs("helloIntervalSeconds", P.HELLO_INTERVAL, "helloInterval", "Seconds between HELLOs to neighbours."),
+    _secs("helloMaxAgeSeconds", P.HELLO_MAX_AGE, "helloMaxAge",
+          "Seconds without a HELLO before a neighbour is lost."),
+    _secs("raIntervalSeconds", P.RA_INTERVAL, "raInterval", "Seconds between router advertisements when stable."),
+    _secs("raIntervalFluxSeconds", P.RA_INTERVAL_FLUX, "raIntervalFlux",
           "Seconds between router advertisements while the topology changes."),
-    _secs("remoteLsMaxAgeSeconds", 60, "remoteLsMaxAge",
+    _secs("remoteLsMaxAgeSeconds", P.REMOTE_LS_MAX_AGE, "remoteLsMaxAge",
           "Seconds without an RA before a remote router's link state is dropped."),
     Attr("defaultDistribution", "enum", "balanced", enum=DISTRIBUTIONS,
          doc="Distribution for addresses that no address section matches."),

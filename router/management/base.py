@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from wire.management import bad_request
+from router.schema import SCHEMA_PREFIX
 
-TYPE_PREFIX = "org.apache.qpid.dispatch."
+TYPE_PREFIX = SCHEMA_PREFIX
 CONFIGURATION = TYPE_PREFIX + "configurationEntity"
 OPERATIONAL = TYPE_PREFIX + "operationalEntity"
 ENTITY = TYPE_PREFIX + "entity"

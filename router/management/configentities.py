@@ -17,6 +17,7 @@ import logging
 from wire.management import ManagementError, bad_request, INTERNAL_ERROR, NOT_IMPLEMENTED
 
 from router.config import ConfigError, validate_entity
+from router.logsetup import MODULES, level_of
 from router.management.base import EntityAdapter
 from router import schema
 
@@ -249,8 +250,6 @@ class LogEntity(_ConfigAdapter):
         return out
 
     def update(self, row: dict, attrs: dict) -> dict:
-        from router.logsetup import MODULES, level_of
-
         unknown = set(attrs) - {"enable", "module", "includeTimestamp", "includeSource", "outputFile"}
         if unknown:
             raise bad_request(f"attribute '{sorted(unknown)[0]}' is not a log attribute")

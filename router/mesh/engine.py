@@ -301,11 +301,11 @@ class RoutingEngine(RouterIdentity):
 
     def _dispatch(self, conn: _Conn, env: M.Envelope, raw: bytes, now: float) -> None:
         addr = _strip_scheme(env.to or env.to_override or "")
-        if addr == "_local/qdhello":
+        if addr == P.HELLO_NODE:
             if env.opcode == P.HELLO:
                 self._on_hello(conn, env.body, now)
             else:
-                self._malformed(now, "mesh: %s sent to _local/qdhello dropped", env.opcode)
+                self._malformed(now, "mesh: %s sent to %s dropped", env.opcode, P.HELLO_NODE)
             return
         parts = addr.split("/")
         if len(parts) < 4 or parts[0] != "_topo" or parts[-1] not in (P.CONTROL_NODE, P.CONTROL_NODE_MA):

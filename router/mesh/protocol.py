@@ -1,8 +1,14 @@
-"""Wire constants of the Qpid Dispatch 1.x inter-router protocol (Qpid Dispatch 1.19: src/amqp.c,
-src/router_core/connections.c, python/qpid_dispatch_internal/router/, modules/mobile_sync/mobile.c).
+"""The vocabulary of the Qpid Dispatch 1.x inter-router protocol, in one place (Qpid Dispatch 1.19:
+src/amqp.c, src/router_core/connections.c, python/qpid_dispatch_internal/router/,
+modules/mobile_sync/mobile.c): control addresses and opcodes, link capabilities, OPEN properties, address
+hints and key classes, and the default routing timers.
 
-Keeping them in one module lets the data plane (link set-up, OPEN properties) and the control plane
-(:mod:`router.mesh.messages`, :mod:`router.mesh.engine`) agree on every spelling.
+The data plane (router/core.py's OPEN properties, router/interrouter.py's links, router/meshforward.py),
+the control plane (:mod:`router.mesh.messages`, :mod:`router.mesh.engine`) and the configuration schema
+(router/schema.py) import these names rather than spell them again. Two neighbouring facts live elsewhere
+because they are not the inter-router protocol's own: a message's default priority is AMQP's (4, AMQP 1.0
+§3.2.1: ``wire.header.DEFAULT_PRIORITY``), and the router annotation keys (``x-opt-qd.*``) belong to
+their codec, ``wire.annotations``, which the broker's side of wire/ shares.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ PROTOCOL_VERSION = 1
 DEFAULT_AREA = "0"
 
 # -- control addresses (properties.to of control messages) ---------------------------------------
-HELLO_ADDRESS = "amqp:/_local/qdhello"               # one hop, to each neighbour
+HELLO_NODE = "_local/qdhello"                        # one hop, to each neighbour
+HELLO_ADDRESS = "amqp:/" + HELLO_NODE
 ALL_ROUTERS_ADDRESS = "amqp:/_topo/0/all/qdrouter"   # flooded: RA
 ALL_ROUTERS_MA_ADDRESS = "amqp:/_topo/0/all/qdrouter.ma"  # flooded: differential MAU
 CONTROL_NODE = "qdrouter"
@@ -45,35 +52,28 @@ MAU = "MAU"
 MAR = "MAR"
 OPCODES = (HELLO, RA, LSR, LSU, MAU, MAR)
 
-# -- link / connection capabilities and OPEN properties -------------------------------------------
+# -- link capabilities and OPEN properties --------------------------------------------------------
 CAP_ROUTER_CONTROL = "qd.router"          # the control link pair of an inter-router connection
 CAP_ROUTER_DATA = "qd.router-data"        # the data links, one per priority
-CAP_EDGE_DOWNLINK = "qd.router-edge-downlink"
-CAP_STREAMING_LINKS = "qd.streaming-links"
-CAP_ANONYMOUS_RELAY = "ANONYMOUS-RELAY"
+#: OPEN properties a router sends. ``product`` names the implementation and is informational: Dispatch
+#: recognises an inter-router or edge connection by the listener's role and the link capabilities above,
+#: never by product (a real qdrouterd 1.19 meshes with a router whose product is ``trio-dispatch``).
 OPEN_PRODUCT = "product"
 OPEN_VERSION = "version"
-OPEN_CONN_ID = "qd.conn-id"
 OPEN_COST = "qd.inter-router-cost"        # sent only when the connection's cost is > 1
 OPEN_ANNOTATIONS_VERSION = "qd.annotations-version"
-PRODUCT_NAME = "qpid-dispatch-router"     # what a 1.x peer expects to see in OPEN `product`
 ANNOTATIONS_VERSION = 1
-#: Priority data links per inter-router connection (0..9) and the priority of the control links.
+#: OPEN property and link property keys starting with this are the router's (configuration refuses them
+#: in a listener's or connector's openProperties).
+RESERVED_PROPERTY_PREFIX = "qd."
+#: Priority data links per inter-router connection (one per priority 0..9).
 DATA_LINK_PRIORITIES = 10
-CONTROL_LINK_PRIORITY = 9
-DEFAULT_PRIORITY = 4
 
 #: A connection that claims a router id already in use in the mesh is closed with this AMQP error
 #: condition (AMQP 1.0 §2.8.15: the peer used the connection in a way this router does not permit) and
 #: a description starting with DUPLICATE_ID_REASON, which the refused router recognises and logs.
 DUPLICATE_ID_CONDITION = "amqp:not-allowed"
 DUPLICATE_ID_REASON = "duplicate router id"
-
-# -- router annotations used by control-plane forwarding -----------------------------------------
-MA_INGRESS = "x-opt-qd.ingress"
-MA_TRACE = "x-opt-qd.trace"
-MA_TO = "x-opt-qd.to"
-MA_PHASE = "x-opt-qd.phase"
 
 # -- treatment hints carried in MAU `hints` (Dispatch's qd_address_treatment_t) -------------------
 HINT_MULTICAST_FLOOD = 0
@@ -82,12 +82,6 @@ HINT_ANYCAST_CLOSEST = 2
 HINT_ANYCAST_BALANCED = 3
 HINT_LINK_BALANCED = 4
 HINT_UNAVAILABLE = 5
-DISTRIBUTION_HINTS = {
-    "multicast": HINT_MULTICAST_ONCE,
-    "closest": HINT_ANYCAST_CLOSEST,
-    "balanced": HINT_ANYCAST_BALANCED,
-    "unavailable": HINT_UNAVAILABLE,
-}
 HINT_DISTRIBUTIONS = {
     HINT_MULTICAST_FLOOD: "multicast",
     HINT_MULTICAST_ONCE: "multicast",
@@ -101,12 +95,13 @@ HINT_DISTRIBUTIONS = {
 #: (M), link-route prefixes (C, D), link-route patterns (E, F) and edge (H).
 SYNCED_KEY_CLASSES = frozenset("MCDEFH")
 
-# -- timer defaults (seconds; the `router` entity of qdrouterd.conf) -----------------------------
-HELLO_INTERVAL = 1.0
-HELLO_MAX_AGE = 3.0
-RA_INTERVAL = 30.0
-RA_INTERVAL_FLUX = 4.0
-REMOTE_LS_MAX_AGE = 60.0
+# -- timer defaults (whole seconds: the `router` entity's helloIntervalSeconds, helloMaxAgeSeconds,
+# raIntervalSeconds, raIntervalFluxSeconds and remoteLsMaxAgeSeconds; Qpid Dispatch 1.19 qdrouter.json) --
+HELLO_INTERVAL = 1
+HELLO_MAX_AGE = 3
+RA_INTERVAL = 30
+RA_INTERVAL_FLUX = 4
+REMOTE_LS_MAX_AGE = 60
 
 #: Dispatch's neighbour bitmask holds 128 routers (bit 0 is self); a larger mesh cannot be represented
 #: by a 1.x peer, so the engine refuses to track more nodes than this.
