@@ -335,7 +335,7 @@ class LinkRouter:
             if want > 0:
                 raw.link_flow(receiving, want)
         else:
-            if not lib.pn_link_get_drain(receiving) and raw.link_credit(receiving) + max(want, 0) > 0:
+            if not raw.link_get_drain(receiving) and raw.link_credit(receiving) + max(want, 0) > 0:
                 lib.pn_link_drain(receiving, max(want, 0))  # top up, then ask the origin to drain it all
             if raw.link_credit(receiving) == 0 and not raw.link_queued(sending):
                 raw.link_drained(sending)  # the origin has nothing more: tell the final receiver
