@@ -1,7 +1,9 @@
 """tdbroker's address model: queues, the addresses they are bound to, routing types, subscriptions.
 
-A mixin of :class:`broker.server.Broker` (kept apart so that the endpoint module stays about links and
-deliveries). Artemis' model, reduced to what tdbroker implements:
+:class:`AddressModel` is the part of :class:`broker.server.Broker` that owns these tables; it knows
+nothing of links, the journal or time beyond the clock its queues stamp messages with. Where a
+dead-lettered or expired message goes is its ``exits`` (:class:`QueueExits`, :mod:`broker.moves`).
+Artemis' model, reduced to what tdbroker implements:
 
 * an **address** has routing types (anycast, multicast or both) and queues bound to it;
 * an **anycast** address delivers each message to one queue (tdbroker: the first queue bound to it), a
@@ -18,7 +20,8 @@ deliveries). Artemis' model, reduced to what tdbroker implements:
 
 Queues created after start (auto-created, by management, durable subscriptions) are written to a small
 bindings file beside the journal (``bindings.json``, replaced atomically) so that a restart binds them to
-the right address and routing type again; the journal itself knows only queue names.
+the right address and routing type again; the journal itself knows only queue names. Writing it is the runtime's (:mod:`broker.runtime`): this
+module only says what to write (:meth:`AddressModel.take_bindings`).
 """
 
 from __future__ import annotations
@@ -27,10 +30,9 @@ import json
 import logging
 import os
 import uuid
+from typing import Callable, Protocol
 
-import proton
-import trio
-
+from broker.limits import SizeMeter
 from broker.queue import Queue, QueuedMessage
 
 log = logging.getLogger("broker.addressing")
@@ -62,34 +64,63 @@ class QueueInfo:
         self.expiry_delay = expiry_delay  # address-settings expiry-delay (ms; <= 0: none)
 
 
-class AddressModel:
-    """Mixin: the queue and address tables of a Broker (see the module docstring)."""
+class QueueExits(Protocol):
+    """Where a message leaving a queue by dead-lettering or expiry goes (:class:`broker.moves.Mover`)."""
 
-    def _init_addressing(self) -> None:
+    def move(self, msg: QueuedMessage, source: str, address: str | None, *, expired: bool) -> None: ...
+
+
+class AddressModel:
+    """The queue and address tables of a broker (see the module docstring).
+
+    ``queues``: name -> :class:`Queue`; ``queue_info``: name -> :class:`QueueInfo`; ``addresses``: address
+    -> its routing types. ``exits`` must be set before a queue can dead-letter or expire a message."""
+
+    def __init__(self, cfg, clock: Callable[[], int], meter: SizeMeter):
+        self.cfg = cfg
+        self.clock = clock
+        self.meter = meter
+        self.exits: QueueExits | None = None
         self.queues: dict[str, Queue] = {}
         self.queue_info: dict[str, QueueInfo] = {}
         self.addresses: dict[str, set] = {}           # address -> routing types
-        self._queue_listeners: list = []              # callables(queue name) for queues created later
-        self._bindings_dirty = False
-        for a in self.cfg.addresses:
+        self._listeners: list = []                    # callables(queue name) for queues created later
+        self.bindings_dirty = False                   # the bindings file is behind the table
+        # Queues that are some address-setting's expiry address: messages recovered there never expire.
+        self.expiry_targets = {s.expiry_address for s in cfg.address_settings if s.expiry_address}
+        for a in cfg.addresses:
             self.addresses[a.name] = set(a.routing_types)
-        for q in self.cfg.queues():
-            self._create_queue(q.name, q.address, routing_type=q.routing_type, durable=q.durable,
-                               configured=True)
+        for q in cfg.queues():
+            self.add_queue(q.name, q.address, routing_type=q.routing_type, durable=q.durable, configured=True)
+
+    def subscribe(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(queue name)`` for every non-temporary queue created from now on (broker
+        connections attach links for it)."""
+        self._listeners.append(listener)
 
     @property
     def queue_address(self) -> dict[str, str]:
         """``{queue name: address}`` in creation order (broker connections match on it)."""
         return {n: i.address for n, i in self.queue_info.items()}
 
+    def address_of(self, queue: str) -> str:
+        return self.queue_info[queue].address
+
+    def queues_of(self, address: str) -> list[Queue]:
+        """Every queue bound to ``address``, whatever its routing type."""
+        return [self.queues[n] for n, i in self.queue_info.items() if i.address == address]
+
     # -- creation and removal -------------------------------------------------------------------------
-    def _create_queue(self, name: str, address: str, *, routing_type: str = ANYCAST, durable: bool = True,
-                      temporary: bool = False, configured: bool = False, notify: bool = True) -> Queue:
+    def _exit(self, msg: QueuedMessage, source: str, address: str | None, expired: bool) -> None:
+        self.exits.move(msg, source, address, expired=expired)
+
+    def add_queue(self, name: str, address: str, *, routing_type: str = ANYCAST, durable: bool = True,
+                  temporary: bool = False, configured: bool = False, notify: bool = True) -> Queue:
         settings = self.cfg.settings_for(address)
         dla, exa = settings.dead_letter_address, settings.expiry_address
         q = Queue(name, max_delivery_attempts=settings.max_delivery_attempts,
-                  dead_letter=lambda msg, reason, n=name: self._move(msg, n, dla, expired=False),
-                  expired=lambda msg, n=name: self._move(msg, n, exa, expired=True),
+                  dead_letter=lambda msg, reason, n=name: self._exit(msg, n, dla, False),
+                  expired=lambda msg, n=name: self._exit(msg, n, exa, True),
                   redelivery_delay=max(0, settings.redelivery_delay or 0), clock=self.clock,
                   meter=self.meter)
         self.queues[name] = q
@@ -97,34 +128,20 @@ class AddressModel:
                                           settings.expiry_delay or -1)
         self.addresses.setdefault(address, set()).add(routing_type)
         if not configured and not temporary and durable:
-            self._bindings_dirty = True
+            self.bindings_dirty = True
         if notify and not temporary:
-            for listener in list(self._queue_listeners):
+            for listener in list(self._listeners):
                 try:
                     listener(name)
                 except Exception:  # a broker connection's bug must not stop queue creation
                     log.exception("queue listener failed for %s", name)
         return q
 
-    def _remove_queue(self, name: str, reason: str) -> int:
-        """Forget a queue: detach the links bound to it, journal the removal of its durable messages.
-        Returns how many messages it held."""
+    def forget_queue(self, name: str) -> tuple[Queue, QueueInfo]:
+        """Take a queue out of the tables (its address goes too when nothing else keeps it); the caller
+        detaches its links and disposes of its messages."""
         q = self.queues.pop(name)
         info = self.queue_info.pop(name)
-        for bc in list(self.connections):
-            for lp, bl in list(bc.links.items()):
-                if bl.queue is q:
-                    self._unbind(bl, failed=False)
-                    if not bl.engine.finished:
-                        bl.engine.close_link(lp, "amqp:resource-deleted", f"queue {name} {reason}")
-        gone = q.drop_all()
-        if self.journal is not None:
-            for msg in gone:
-                if msg.record_id is not None:
-                    self.journal.append_ack(msg.record_id)
-                    msg.record_id = None
-        paged = self.forget_paged(name)  # after the acks above: every record of the queue left is paged
-        self._dirty.discard(q)
         if not any(i.address == info.address for i in self.queue_info.values()) and \
                 self.cfg.address(info.address) is None:
             self.addresses.pop(info.address, None)
@@ -135,9 +152,8 @@ class AddressModel:
             if cfg_addr is None or info.routing_type not in cfg_addr.routing_types:
                 self.addresses[info.address].discard(info.routing_type)
         if not info.temporary and info.durable:
-            self._bindings_dirty = True
-        log.info("queue %s %s (%d messages dropped)", name, reason, len(gone) + paged)
-        return len(gone) + paged
+            self.bindings_dirty = True
+        return q, info
 
     # -- lookup -----------------------------------------------------------------------------------------
     def routing_type_for(self, address: str, capabilities=()) -> str:
@@ -169,7 +185,7 @@ class AddressModel:
             if name is not None:
                 return self.queues[name]
         if q is None and self.cfg.settings_for(address).auto_create_queues and len(address) <= MAX_QUEUE_NAME:
-            q = self._create_queue(address, address)
+            q = self.add_queue(address, address)
             log.info("auto-created queue %s", address)
         return q
 
@@ -183,70 +199,31 @@ class AddressModel:
                     raise ValueError(f"subscription {durable_name} is bound to "
                                      f"{self.queue_info[durable_name].address}, not {address}")
                 return q
-            q = self._create_queue(durable_name, address, routing_type=MULTICAST, notify=False)
+            q = self.add_queue(durable_name, address, routing_type=MULTICAST, notify=False)
             log.info("durable subscription %s on %s created", durable_name, address)
             return q
         name = f"{address}.{uuid.uuid4().hex[:12]}"
-        return self._create_queue(name, address, routing_type=MULTICAST, durable=False, temporary=True)
+        return self.add_queue(name, address, routing_type=MULTICAST, durable=False, temporary=True)
 
     def temporary_queue(self) -> Queue:
         """A queue for a dynamic source (request/reply); its name is its address."""
         name = f"{TEMP_PREFIX}{uuid.uuid4()}"
-        return self._create_queue(name, name, durable=False, temporary=True)
+        return self.add_queue(name, name, durable=False, temporary=True)
 
-    # -- dead letters and expiry -------------------------------------------------------------------------
-    def _target_queue(self, address: str) -> Queue:
+    # -- dead letters and expiry: where a message goes ----------------------------------------------
+    def target_queue(self, address: str) -> Queue:
         """The queue of a dead-letter / expiry address, created when missing (whatever auto-create says)."""
         if "::" in address:
             qn = address.split("::", 1)[1]
-            return self.queues.get(qn) or self._create_queue(qn, address.split("::", 1)[0])
+            return self.queues.get(qn) or self.add_queue(qn, address.split("::", 1)[0])
         q = self.queues.get(address)
         if q is None:
             name = next((n for n, i in self.queue_info.items() if i.address == address), None)
             if name is not None:
                 return self.queues[name]
-            q = self._create_queue(address, address)
+            q = self.add_queue(address, address)
             log.info("created queue %s", address)
         return q
-
-    def _move(self, msg: QueuedMessage, source: str, address: str | None, *, expired: bool) -> None:
-        """A message left queue ``source`` dead-lettered or expired: move it to ``address``'s queue, or
-        drop it when there is none (or it is the queue it left). The queue has already forgotten it.
-        The old record is acknowledged and ``msg.record_id`` cleared, so that nobody journals an update
-        for a message that has gone."""
-        journal = self.journal
-        target = self._target_queue(address) if address else None
-        if target is None or target.name == source:
-            self.messages_dropped += 1
-            if msg.record_id is not None and journal is not None:
-                journal.append_ack(msg.record_id)
-                msg.record_id = None
-            return
-        payload = annotate_moved(msg.payload, address=self.queue_info[source].address if source in
-                                 self.queue_info else source, queue=source,
-                                 expired_at=self.clock() if expired else None)
-        moved = QueuedMessage(payload, priority=msg.priority, expires_at=None,
-                              delivery_count=msg.delivery_count, durable=msg.durable, enqueued_at=self.clock())
-        if msg.record_id is not None and journal is not None:
-            if self.queue_info[target.name].durable:
-                moved.record_id = journal.append_message(target.name, payload,
-                                                         delivery_count=msg.delivery_count)
-            journal.append_ack(msg.record_id)
-            msg.record_id = None
-        target_address = self.queue_info[target.name].address
-        if self.must_page(target) or (self.pager is not None and self.limits.pages(target_address) and
-                                      self.limits.full(target_address, [target], len(payload)) and
-                                      self.paging_refusal() is None):
-            self._page(target, moved, target_address)  # behind what the target already paged (FIFO)
-        else:
-            target.enqueue(moved)
-            self._dirty.add(target)
-        if expired:
-            self.messages_moved_expired += 1
-        else:
-            self.messages_dead_lettered += 1
-        log.debug("%s message moved from %s to %s", "expired" if expired else "dead-lettered", source,
-                  target.name)
 
     # -- the bindings file -----------------------------------------------------------------------------------
     def bindings_path(self) -> str | None:
@@ -274,9 +251,9 @@ class AddressModel:
                 continue
             if name in self.queues or rt not in ROUTING_TYPES:
                 continue
-            self._create_queue(name, address, routing_type=rt, notify=False)
+            self.add_queue(name, address, routing_type=rt, notify=False)
             n += 1
-        self._bindings_dirty = False
+        self.bindings_dirty = False
         return n
 
     def bindings_snapshot(self) -> list[dict]:
@@ -286,61 +263,12 @@ class AddressModel:
                 for i in self.queue_info.values()
                 if i.durable and not i.temporary and i.name not in configured]
 
-    async def bindings_loop(self) -> None:
-        """Write the bindings file (in a thread) whenever the queue table changed."""
-        self._bindings_wakeup = trio.Event()
-        if self._bindings_dirty:
-            self._bindings_wakeup.set()
-        while True:
-            await self._bindings_wakeup.wait()
-            self._bindings_wakeup = trio.Event()
-            snapshot = self.take_bindings()
-            if snapshot is None:
-                continue
-            path = self.bindings_path()
-            try:
-                await trio.to_thread.run_sync(write_bindings, path, snapshot)
-            except OSError as exc:  # the broker keeps running; a restart may rebind by name only
-                log.error("%s: cannot write bindings: %s", path, exc)
-
     def take_bindings(self) -> list[dict] | None:
         """The snapshot to write when the table changed since the last call, else None."""
-        if not self._bindings_dirty or self.bindings_path() is None:
+        if not self.bindings_dirty or self.bindings_path() is None:
             return None
-        self._bindings_dirty = False
+        self.bindings_dirty = False
         return self.bindings_snapshot()
-
-
-# Annotations Artemis puts on a message it moves to a dead-letter or expiry address.
-ORIG_ADDRESS = proton.symbol("x-opt-ORIG-ADDRESS")
-ORIG_QUEUE = proton.symbol("x-opt-ORIG-QUEUE")
-ORIG_MESSAGE_ID = proton.symbol("x-opt-ORIG-MESSAGE-ID")
-ACTUAL_EXPIRY = proton.symbol("x-opt-ACTUAL-EXPIRY")
-
-
-def annotate_moved(payload: bytes, *, address: str, queue: str, expired_at: int | None) -> bytes:
-    """The message as it goes to a dead-letter / expiry address: Artemis' ORIG annotations added (and,
-    when it expired, its ttl and absolute-expiry-time removed, with ACTUAL-EXPIRY recording when).
-
-    A cold path (dead letters are rare), so the message is decoded and encoded with proton; one that
-    proton cannot decode moves unchanged."""
-    try:
-        m = proton.Message()
-        m.decode(payload)
-        ann = dict(m.annotations or {})
-        ann[ORIG_ADDRESS] = address
-        ann[ORIG_QUEUE] = queue
-        if m.id is not None:
-            ann[ORIG_MESSAGE_ID] = m.id
-        if expired_at is not None:
-            ann[ACTUAL_EXPIRY] = proton.timestamp(expired_at)
-            m.ttl = 0
-            m.expiry_time = 0
-        m.annotations = ann
-        return bytes(m.encode())
-    except Exception:  # not decodable by proton: move it as it is
-        log.debug("dead-letter / expiry annotations skipped for an undecodable message")
-        return payload
 
 
 def write_bindings(path: str, entries: list[dict]) -> None:

@@ -1,6 +1,8 @@
 """Admission: whether a message can be taken, decided as early as possible -- while a multi-frame message
 is still arriving -- so that one that cannot be stored is refused instead of buffered whole (issue 10: a
-300 MB delivery was held whole). A mixin of :class:`broker.server.Broker`.
+300 MB delivery was held whole). A part of :class:`broker.server.Broker`, asked by
+:class:`broker.delivery.DeliveryPath` as the bytes of a message arrive (wire's
+:meth:`wire.assembly.LinkOwner.on_partial`).
 
 The largest message a producer's link can ever have stored is the smallest of the journal's record limit
 (:data:`broker.journal_io.MAX_RECORD_BYTES`), its address's ``max-size-bytes`` and ``global-max-size``
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 import logging
 
+from broker.addressing import AddressModel
 from broker.journal_io import MAX_RECORD_BYTES
-from broker.limits import FAIL, RESOURCE_LIMIT_EXCEEDED
-from broker.links import BrokerLink, PartialDelivery
-from wire import raw
+from broker.limits import FAIL, RESOURCE_LIMIT_EXCEEDED, AddressLimits
+from broker.links import Arriving, BrokerLink
+from broker.storage import Storage
+from wire.assembly import MESSAGE_SIZE_EXCEEDED
 from wire.header import read_header
 
 log = logging.getLogger("broker.server")
@@ -28,12 +32,14 @@ log = logging.getLogger("broker.server")
 # Besides the size bound (one comparison per frame), a message still arriving is checked against the
 # state of its address and of the disk every this many bytes.
 PARTIAL_CHECK_BYTES = 1024 * 1024
-# AMQP 1.0 §2.8.18: the link error for a message larger than the link takes.
-MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
+
+__all__ = ["Admission", "PARTIAL_CHECK_BYTES", "MESSAGE_SIZE_EXCEEDED", "RESOURCE_LIMIT_EXCEEDED"]
 
 
-def _durable_header(first_chunk: bytes) -> bool:
+def _durable_header(first_chunk: bytes | None) -> bool:
     """Whether a message still arriving says durable (its header comes first); False when unreadable."""
+    if not first_chunk:
+        return False
     try:
         return read_header(first_chunk).durable
     except Exception:  # a malformed header is rejected when the message is complete
@@ -41,44 +47,32 @@ def _durable_header(first_chunk: bytes) -> bool:
 
 
 class Admission:
-    """Mixin: size bounds and early refusal of messages (see the module docstring)."""
+    """Size bounds and early refusal of messages (see the module docstring)."""
 
-    def _partial_chunk(self, engine, bl: BrokerLink, d, chunk: bytes) -> None:
-        """More bytes of a message still arriving."""
-        p = self._partial.get(d)
-        if p is None:
-            p = self._partial[d] = PartialDelivery(_durable_header(chunk))
-        p.size += len(chunk)
-        if p.refused is None:  # a refused message's bytes are dropped as they come
-            p.chunks.append(chunk)
-            if p.size > p.cap or p.size >= p.next_check:
-                self._check_partial(engine, bl, d, p)
+    def __init__(self, addressing: AddressModel, storage: Storage, limits: AddressLimits):
+        self.addressing = addressing
+        self.storage = storage
+        self.limits = limits
 
-    def _partial_end(self, bl: BrokerLink, d, last: bytes) -> bytes | None:
-        """The last bytes of a multi-frame message: the whole message, or None when it was refused while
-        arriving (it is answered here)."""
-        p = self._partial.pop(d, None)
-        if p is None:
-            return last
-        if p.refused is not None:
-            raw.link_advance(raw.delivery_link(d))
-            self._refuse(bl, d, p.refused)
-            return None
-        p.chunks.append(last)
-        return b"".join(p.chunks)
+    def scope(self, bl: BrokerLink) -> tuple[str, list]:
+        """(address, queues) a receiving link stores into."""
+        if bl.mode == BrokerLink.FANOUT:
+            return bl.address, self.addressing.multicast_queues(bl.address)
+        info = self.addressing.queue_info.get(bl.queue.name) if bl.queue is not None else None
+        return (info.address, [bl.queue]) if info is not None else ("", [])
 
     def largest_message(self, bl: BrokerLink) -> tuple[int, str]:
         """(bytes, why) of the largest message a link can ever have stored: the journal's record limit,
         its address's max-size-bytes and global-max-size (see AddressLimits.largest_message)."""
         largest, why = MAX_RECORD_BYTES, "the journal's record limit"
         if self.limits.active and bl.mode != BrokerLink.MANAGEMENT:
-            address, _queues = self._scope(bl)
+            address, _queues = self.scope(bl)
             bound = self.limits.largest_message(address)
             if 0 <= bound < largest:
                 largest, why = bound, f"what address {address} can hold"
         return largest, why
 
-    def _advertise_largest(self, lo, address: str) -> None:
+    def advertise(self, lo, address: str) -> None:
         """A producer's link says how large a message may be (AMQP 1.0 §2.7.3 attach, max-message-size):
         the journal's record limit, or less when the address's limits are lower."""
         largest = MAX_RECORD_BYTES
@@ -88,56 +82,51 @@ class Admission:
                 largest = bound
         lo.max_message_size = largest
 
-    def _check_partial(self, engine, bl: BrokerLink, d, p: PartialDelivery) -> None:
-        """A multi-frame message still arriving: refuse it as soon as it cannot be stored, instead of
-        buffering it to its end. Sets the size it may grow to before the next check.
+    # -- a message still arriving --------------------------------------------------------------------
+    def arriving(self, bl: BrokerLink, d, held: int, first_chunk) -> tuple[str | None, str | None]:
+        """``held`` bytes of delivery ``d`` have arrived on ``bl``: ``(condition, why)`` when it must be
+        refused now, else ``(None, None)``. ``first_chunk()`` gives its first bytes (read once, for the
+        header's durable flag).
 
-        Larger than the link takes (its max-message-size): rejected and the link detached with
-        ``amqp:link:message-size-exceeded``, which stops the sender. Refused for the state of the broker
-        (disk full, address full under FAIL, cannot page): its bytes are dropped from then on as they
-        arrive and it is rejected with ``amqp:resource-limit-exceeded`` when its last frame comes (one
-        outcome, as for any message); the link stays for the next message."""
-        p.next_check = p.size + PARTIAL_CHECK_BYTES
-        why, condition = self._partial_refusal(bl, p)
-        if why is None:
-            return
-        p.chunks.clear()
-        if condition == RESOURCE_LIMIT_EXCEEDED:
-            p.refused = why
-            return
-        self._partial.pop(d, None)
-        raw.set_rejected(d, condition, why[:200])
-        raw.delivery_settle(d)
-        self._unbind(bl, failed=False)
-        engine.app.links.pop(bl.ptr, None)
-        # Detaching is what stops the sender: the rest of the message is not sent, nor held here.
-        engine.close_link(bl.ptr, condition, why[:200])
-        log.warning("connection %d: link %s: %s: refused while still arriving", engine.id, bl.name, why)
-
-    def _partial_refusal(self, bl: BrokerLink, p: PartialDelivery) -> tuple[str | None, str | None]:
-        largest, what = self.largest_message(bl)
-        address, queues = self._scope(bl) if bl.mode != BrokerLink.MANAGEMENT else ("", [])
-        if p.durable and self.journal is not None and any(self.queue_info[q.name].durable for q in queues):
-            refusal = self.durable_refusal()
-            if refusal is not None:
-                return f"durable message refused: {refusal}", RESOURCE_LIMIT_EXCEEDED
-            headroom = self.disk_headroom()
-            if 0 <= headroom < largest:
-                largest, what = headroom, "the disk space left below max-disk-usage"
-        p.cap = largest
-        if p.size > largest:
-            return f"message larger than {largest} bytes ({what})", MESSAGE_SIZE_EXCEEDED
-        limits = self.limits
-        if queues and limits.active:
-            full = limits.full(address, queues, p.size)
-            if full and limits.limit_of(address)[1] == FAIL:
-                return f"Address is full: {address}", RESOURCE_LIMIT_EXCEEDED
-            paging = full and limits.pages(address) or any(self.must_page(q) for q in queues)
-            if paging and (refusal := self.paging_refusal()) is not None:
-                return f"Address is full: {address} and cannot page: {refusal}", RESOURCE_LIMIT_EXCEEDED
+        ``amqp:link:message-size-exceeded``: larger than the link takes; the caller rejects it and
+        detaches the link, which stops the sender. ``amqp:resource-limit-exceeded``: refused for the
+        state of the broker (disk full, address full under FAIL, cannot page); its bytes are dropped as
+        they arrive and it is rejected when its last frame comes (one outcome, as for any message), the
+        link kept (the reason is kept in ``bl.arriving.refused``)."""
+        a = bl.arriving
+        if a is None or a.delivery != d:
+            a = bl.arriving = Arriving(d, _durable_header(first_chunk()))
+        if held > a.cap or held >= a.next_check:
+            condition, why = self.check_arriving(bl, a, held)
+            if condition == RESOURCE_LIMIT_EXCEEDED:
+                a.refused = why
+            return condition, why
         return None, None
 
-    def _refuse(self, bl: BrokerLink, d, why: str) -> None:
-        """Reject a message the broker cannot take (AMQP 1.0 §2.8.15 resource-limit-exceeded); the link stays."""
-        raw.set_rejected(d, RESOURCE_LIMIT_EXCEEDED, why[:200])
-        self._answer(bl, d, accepted=False)
+    def check_arriving(self, bl: BrokerLink, a: Arriving, held: int) -> tuple[str | None, str | None]:
+        """The check itself (every :data:`PARTIAL_CHECK_BYTES`, and whenever the message passes the size
+        it may grow to); sets that size and the next check."""
+        a.next_check = held + PARTIAL_CHECK_BYTES
+        largest, what = self.largest_message(bl)
+        address, queues = self.scope(bl) if bl.mode != BrokerLink.MANAGEMENT else ("", [])
+        storage = self.storage
+        if a.durable and storage.journal is not None and \
+                any(self.addressing.queue_info[q.name].durable for q in queues):
+            refusal = storage.durable_refusal()
+            if refusal is not None:
+                return RESOURCE_LIMIT_EXCEEDED, f"durable message refused: {refusal}"
+            headroom = storage.disk_headroom()
+            if 0 <= headroom < largest:
+                largest, what = headroom, "the disk space left below max-disk-usage"
+        a.cap = largest
+        if held > largest:
+            return MESSAGE_SIZE_EXCEEDED, f"message larger than {largest} bytes ({what})"
+        limits = self.limits
+        if queues and limits.active:
+            full = limits.full(address, queues, held)
+            if full and limits.limit_of(address)[1] == FAIL:
+                return RESOURCE_LIMIT_EXCEEDED, f"Address is full: {address}"
+            paging = full and limits.pages(address) or any(storage.must_page(q) for q in queues)
+            if paging and (refusal := storage.paging_refusal()) is not None:
+                return RESOURCE_LIMIT_EXCEEDED, f"Address is full: {address} and cannot page: {refusal}"
+        return None, None

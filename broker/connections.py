@@ -30,6 +30,7 @@ import proton
 import trio
 
 from broker.config import BrokerConnection, BrokerConnectionElement, artemis_match
+from wire import raw
 from wire.driver import Backoff, run_connector
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def element_matches(el: BrokerConnectionElement, qname: str, address: str) -> bo
 def planned_links(broker: Broker, conn: BrokerConnection, only: str | None = None) -> list[tuple]:
     """``(kind, queue name, remote address)`` for every link ``conn`` wants (or only for queue ``only``)."""
     out = []
-    for qname, info in list(broker.queue_info.items()):
+    for qname, info in list(broker.addressing.queue_info.items()):
         if info.temporary or (only is not None and qname != only):
             continue
         for el in conn.elements:
@@ -89,7 +90,7 @@ class BridgeControl:
         self._changed = trio.Event()
         self._opened = False          # the current attempt reached the peer's open
         broker.bridges[conn.name] = self
-        broker._queue_listeners.append(self.on_queue_created)
+        broker.addressing.subscribe(self.on_queue_created)
 
     # -- management triggers (sync; the Trio task does the work) -----------------------------------
     def start(self) -> None:
@@ -130,7 +131,7 @@ class BridgeControl:
             if self._session is None:
                 self._session = engine.connection.session()
                 self._session.open()
-            q = broker.queues[qname]
+            q = broker.addressing.queues[qname]
             prefix = f"{self.conn.name}.{qname}"
             if kind in ("peer", "receiver"):
                 rx = self._session.receiver(f"{prefix}.receiver" if kind == "peer" else f"{prefix}.in")
@@ -139,7 +140,7 @@ class BridgeControl:
                     _waypoint_caps(rx.source)
                 rx.target.address = qname
                 rx.open()
-                broker.attach_local(engine, rx._impl, q, incoming=True, name=rx.name)
+                broker.attach_local(engine, raw.pointer(rx), q, incoming=True, name=rx.name)
             if kind in ("peer", "sender"):
                 tx = self._session.sender(f"{prefix}.sender" if kind == "peer" else f"{prefix}.out")
                 tx.source.address = qname
@@ -147,7 +148,7 @@ class BridgeControl:
                 if kind == "peer":
                     _waypoint_caps(tx.target)
                 tx.open()
-                broker.attach_local(engine, tx._impl, q, incoming=False, name=tx.name)
+                broker.attach_local(engine, raw.pointer(tx), q, incoming=False, name=tx.name)
             self._attached.add((kind, qname))
             n += 1
             log.info("broker connection %s: %s links for queue %s attached", self.conn.name, kind, qname)

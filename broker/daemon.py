@@ -17,6 +17,7 @@ import trio
 
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
+from broker.runtime import BrokerRuntime
 from broker.server import Broker
 from wire.driver import ConnectionLimit, serve_listener, shut_down_on_signal
 from wire.logformat import OneLineFormatter
@@ -77,14 +78,7 @@ async def run_broker(cfg: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED)
 
 async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> None:
     async with trio.open_nursery() as nursery:
-        if broker.committer is not None:
-            await nursery.start(broker.committer.run)
-            nursery.start_soon(broker.durability_loop)
-        if broker.pager is not None:
-            await nursery.start(broker.pager.run)
-        nursery.start_soon(broker.disk_loop)
-        nursery.start_soon(broker.expiry_loop)
-        nursery.start_soon(broker.bindings_loop)
+        await nursery.start(BrokerRuntime(broker).run)
         if broker.recorder is not None:
             nursery.start_soon(broker.recorder.run)
         for acc in cfg.acceptors:

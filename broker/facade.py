@@ -1,5 +1,5 @@
-"""The management facade of :class:`broker.server.Broker` (what ``broker/management.py`` calls), the
-``$management`` request hook and the flow-record hooks.
+"""The management facade of :class:`broker.server.Broker`: what ``broker/management.py`` calls (the broker
+offers the same names, ``mgmt_queues`` ... ``stop_broker_connection``, by delegation).
 
 Plain synchronous methods returning dicts (the management agent turns them into AMQP replies); the
 start/stop of broker connections only triggers the Trio side (:mod:`broker.connections`), which does
@@ -15,26 +15,31 @@ from __future__ import annotations
 
 import logging
 
+from typing import TYPE_CHECKING
+
 from broker.addressing import ANYCAST, MAX_QUEUE_NAME, ROUTING_TYPES
-from broker.queue import QueuedMessage
-from wire import codec, raw
+
+if TYPE_CHECKING:
+    from broker.server import Broker
 
 log = logging.getLogger("broker.facade")
 
 
 class ManagementFacade:
-    """Mixin: the management view and commands of a Broker."""
+    """The management view and commands of a broker: reads its parts, changes them through the broker."""
+
+    def __init__(self, broker: Broker):
+        self.broker = broker
+        self.addressing = broker.addressing
+        self.storage = broker.storage
 
     # -- views -------------------------------------------------------------------------------------------
-    def _paged(self, name: str) -> tuple[int, int, int]:
-        """(messages, bytes, page files) paged for queue ``name``."""
-        return self.pager.stats(name) if self.pager is not None else (0, 0, 0)
-
     def mgmt_queues(self) -> list[dict]:
         out = []
-        for name, q in self.queues.items():
-            info = self.queue_info[name]
-            paged, paged_bytes, _pages = self._paged(name)
+        info_of = self.addressing.queue_info
+        for name, q in self.addressing.queues.items():
+            info = info_of[name]
+            paged, paged_bytes, _pages = self.storage.paged_stats(name)
             out.append({
                 "name": name,
                 "address": info.address,
@@ -56,9 +61,10 @@ class ManagementFacade:
 
     def mgmt_addresses(self) -> list[dict]:
         out = []
-        for address, types in self.addresses.items():
-            names = [n for n, i in self.queue_info.items() if i.address == address]
-            paged = [self._paged(n) for n in names]
+        queues = self.addressing.queues
+        for address, types in self.addressing.addresses.items():
+            names = [n for n, i in self.addressing.queue_info.items() if i.address == address]
+            paged = [self.storage.paged_stats(n) for n in names]
             out.append({
                 "name": address,
                 "routingTypes": sorted(types),
@@ -66,14 +72,14 @@ class ManagementFacade:
                 # Artemis' AddressControl: isPaging, getNumberOfPages, getAddressSize (bytes in memory).
                 "paging": any(p[0] for p in paged),
                 "numberOfPages": sum(p[2] for p in paged),
-                "addressSize": sum(self.queues[n].size_bytes for n in names),
+                "addressSize": sum(queues[n].size_bytes for n in names),
                 "pagedSize": sum(p[1] for p in paged),
             })
         return out
 
     def mgmt_connections(self) -> list[dict]:
         out = []
-        for name, ctl in self.bridges.items():
+        for name, ctl in self.broker.bridges.items():
             out.append({
                 "name": name,
                 "uri": ctl.conn.uri,
@@ -97,90 +103,35 @@ class ManagementFacade:
         rt = str(routing_type).lower()
         if rt not in ROUTING_TYPES:
             raise ValueError(f"routing type must be anycast or multicast, got {routing_type!r}")
-        if name in self.queues:
+        if name in self.addressing.queues:
             raise ValueError(f"queue {name} already exists")
-        self._create_queue(name, address, routing_type=rt, durable=bool(durable))
+        self.addressing.add_queue(name, address, routing_type=rt, durable=bool(durable))
         log.info("queue %s created on %s (%s) by management", name, address, rt)
-        self.on_batch_end()
+        self.broker.on_batch_end()
         return {"name": name, "address": address, "routingType": rt, "durable": bool(durable)}
 
     def delete_queue(self, name: str) -> int:
         """Delete a queue and its messages (consumers are detached); returns how many it held."""
-        if name not in self.queues:
+        if name not in self.addressing.queues:
             raise KeyError(name)
-        n = self._remove_queue(name, "deleted by management")
-        self.on_batch_end()
+        n = self.broker.remove_queue(name, "deleted by management")
+        self.broker.on_batch_end()
         return n
 
     def purge_queue(self, name: str) -> int:
         """Remove every ready message of a queue (not those being delivered); returns how many."""
-        q = self.queues.get(name)
+        q = self.addressing.queues.get(name)
         if q is None:
             raise KeyError(name)
         gone = q.purge_messages()
-        if self.journal is not None:
-            for msg in gone:
-                if msg.record_id is not None:
-                    self.journal.append_ack(msg.record_id)
-                    msg.record_id = None
+        self.storage.acknowledge(gone)
         # Paged messages go too; durable ones still in memory (being delivered) keep their records.
-        paged = self.forget_paged(name, keep=q.record_ids())
-        self.on_batch_end()
+        paged = self.storage.forget_paged(name, keep=q.record_ids())
+        self.broker.on_batch_end()
         return len(gone) + paged
 
     def start_broker_connection(self, name: str) -> None:
-        self.bridges[name].start()
+        self.broker.bridges[name].start()
 
     def stop_broker_connection(self, name: str) -> None:
-        self.bridges[name].stop()
-
-    # -- hooks: flow records and the $management link -------------------------------------------------------------------
-    @staticmethod
-    def _message_id(payload: bytes):
-        try:
-            return codec.properties_fields(payload, 1)[0]
-        except Exception:  # a body we cannot walk has no id worth recording
-            return None
-
-    def _record(self, rec, event: str, payload: bytes, **fields) -> None:
-        mid = self._message_id(payload)
-        if mid is None:
-            return
-        try:
-            if rec.wants(mid):
-                from wire.flowrecords import message_id_str  # only reached with a recorder configured
-
-                rec.record(event, mid=message_id_str(mid), **fields)
-        except Exception:  # recording is best effort: it must never stop a delivery
-            log.exception("flow recorder failed on %s", event)
-
-    def _record_store(self, rec, bl, targets, payload: bytes) -> None:
-        address = bl.address if bl.mode == "fanout" else self.queue_info[bl.queue.name].address
-        self._record(rec, "store", payload, address=address, size=len(payload), queues=len(targets))
-
-    def _management_request(self, bl, d, payload: bytes) -> None:
-        """Hand a request to the management agent; deliver its reply to the reply's ``to``."""
-        try:
-            reply = self.management.handle(payload)
-        except Exception as exc:  # a bad request or an agent bug: reject this one, keep the broker
-            log.exception("management request failed")
-            raw.set_rejected(d, "amqp:internal-error", f"management: {exc}"[:200])
-            self._answer(bl, d, accepted=False)
-            return
-        if reply:
-            try:
-                to = codec.message_to(reply)
-            except Exception:
-                to = None
-            q = self.queues.get(to) if to else None
-            if q is None and to:
-                name = next((n for n, i in self.queue_info.items() if i.address == to), None)
-                q = self.queues.get(name) if name else None
-            if q is None:
-                log.warning("management reply to %r dropped: no such queue", to)
-            else:
-                reply_msg = QueuedMessage.from_bytes(bytes(reply), self.clock())
-                reply_msg.durable = False
-                q.enqueue(reply_msg)
-                self._dirty.add(q)
-        self._answer(bl, d)
+        self.broker.bridges[name].stop()

@@ -287,7 +287,9 @@ class GroupCommitter:
     are pending; everything appended while a sync runs rides the next one (group commit).
 
     Start :meth:`run` in a nursery; after ``record_id = journal.append_message(...)`` a durable send awaits
-    :meth:`wait_durable` before settling ``accepted``. Compaction runs between syncs, off the Trio thread.
+    :meth:`wait_durable` before settling ``accepted``, or ``on_durable(record_id)`` is told after each sync
+    what is on disk (the broker settles what waited for it). Compaction runs between syncs, off the Trio
+    thread.
 
     Out of space (ENOSPC, EDQUOT) is not a failure: the write is undone (:meth:`Journal.rollback_sync`), the
     records stay pending in memory, :attr:`out_of_space` is set and ``on_space(False)`` is called once; the
@@ -298,8 +300,9 @@ class GroupCommitter:
     """
 
     def __init__(self, journal: Journal, *, retry_seconds: float = OUT_OF_SPACE_RETRY_SECONDS,
-                 on_space=None) -> None:
+                 on_space=None, on_durable=None) -> None:
         self.journal = journal
+        self.on_durable = on_durable  # callable(durable record id), after every sync
         self.syncs = 0
         self.compactions = 0
         self.retry_seconds = retry_seconds
@@ -380,6 +383,8 @@ class GroupCommitter:
             self._space(True, None)
             synced, self._synced = self._synced, trio.Event()
             synced.set()
+            if self.on_durable is not None:
+                self.on_durable(journal.durable_id)
             plan = journal.begin_compaction(force=False)
             if plan is not None:
                 try:

@@ -1,4 +1,9 @@
-"""The broker's records of its AMQP connections and links (what ``engine.app`` and ``links`` hold)."""
+"""The broker's records of its AMQP connections and links (what ``engine.app`` and ``links`` hold).
+
+A :class:`BrokerLink` is also the link record :meth:`wire.connection.EngineConnection.own_link` is given:
+wire reads its ``owner`` (the :class:`wire.assembly.LinkOwner` that gets the link's deliveries, the
+broker's :class:`broker.delivery.DeliveryPath`), ``incoming`` and ``max_message_size``.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,44 @@ from broker.queue import Queue
 from wire.connection import EngineConnection
 
 
+class Arriving:
+    """Admission's view of the one multi-frame message in progress on an incoming link (a link carries the
+    transfer frames of one delivery at a time, AMQP 1.0 §2.7.5 ``more``: a new delivery starts once the
+    previous one is complete or aborted): whether its header says durable, the size it may grow to before it is refused
+    (``cap``), the size at which admission looks at it again, and why it was refused, if it was (its
+    remaining bytes are then dropped by wire as they arrive)."""
+
+    __slots__ = ("delivery", "durable", "cap", "next_check", "refused")
+
+    def __init__(self, delivery, durable: bool):
+        self.delivery = delivery
+        self.durable = durable
+        self.cap = -1          # set by the first check (which runs at once)
+        self.next_check = 0
+        self.refused: str | None = None
+
+
 class BrokerLink:
     """One attached link: the queue it is bound to and, for a sending link, its consumer state."""
 
-    __slots__ = ("ptr", "engine", "queue", "incoming", "consumer_id", "unsettled", "seq", "closed",
-                 "presettled", "name", "mode", "address", "owned_queue", "durable_sub")
+    __slots__ = ("ptr", "engine", "owner", "queue", "incoming", "max_message_size", "consumer_id",
+                 "unsettled", "seq", "closed", "presettled", "name", "mode", "address", "owned_queue",
+                 "durable_sub", "arriving")
 
     # mode of a receiving link: None (into ``queue``), FANOUT (a copy per multicast queue of
     # ``address``), MANAGEMENT (requests for the management agent).
     FANOUT, MANAGEMENT = "fanout", "management"
 
-    def __init__(self, ptr, engine, queue: Queue | None, incoming: bool, name: str):
+    def __init__(self, ptr, engine, owner, queue: Queue | None, incoming: bool, name: str):
         self.ptr = ptr
         self.engine = engine
+        self.owner = owner
         self.queue = queue
         self.incoming = incoming
+        # Wire's own size check is off (0): the largest message a link takes depends on the broker's
+        # state (disk space, address limits) and a complete message over it is refused with the link
+        # kept, so admission decides (broker.admission), not a fixed number.
+        self.max_message_size = 0
         self.name = name
         self.consumer_id = None
         self.unsettled: dict = {}  # delivery pointer -> queue delivery token
@@ -31,22 +59,7 @@ class BrokerLink:
         self.address: str | None = None
         self.owned_queue = False   # a temporary queue that goes when this link goes
         self.durable_sub = False   # a durable subscription: deleted only when the link is closed
-
-
-class PartialDelivery:
-    """A multi-frame message still arriving: its chunks so far, whether its header says durable, the size
-    it may grow to before it is refused (``cap``), the size at which the broker looks at it again, and
-    why it was refused, if it was (its remaining bytes are then dropped as they arrive)."""
-
-    __slots__ = ("chunks", "size", "durable", "cap", "next_check", "refused")
-
-    def __init__(self, durable: bool):
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.refused: str | None = None  # rejected while arriving: the rest is dropped, not kept
-        self.durable = durable
-        self.cap = -1          # set by the first check (which runs at once)
-        self.next_check = 0
+        self.arriving: Arriving | None = None  # a multi-frame message in progress (incoming links)
 
 
 class BrokerConnection:

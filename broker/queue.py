@@ -31,7 +31,7 @@ from itertools import count as _counter
 from sortedcontainers import SortedList
 
 from wire.header import absolute_expiry_time  # expires_at() without its second read_header (hot path)
-from wire.header import read_header, set_delivery_count
+from wire.header import DEFAULT_PRIORITY, read_header, set_delivery_count  # AMQP §3.2.1: 4
 
 __all__ = ["QueuedMessage", "Queue", "ACCEPTED", "RELEASED", "MODIFIED", "REJECTED",
            "REASON_REJECTED", "REASON_MAX_DELIVERY_ATTEMPTS", "DEFAULT_MAX_DELIVERY_ATTEMPTS"]
@@ -39,7 +39,6 @@ __all__ = ["QueuedMessage", "Queue", "ACCEPTED", "RELEASED", "MODIFIED", "REJECT
 # JMS priorities (and Artemis's priority levels) are 0..9; AMQP's ubyte priority above 9 is clamped
 # so that a client sending 200 gets "highest", not a level of its own.
 MIN_PRIORITY, MAX_PRIORITY = 0, 9
-DEFAULT_PRIORITY = 4            # AMQP §3.2.1 and JMS default
 # Artemis address-settings default for max-delivery-attempts; 0 or less means unlimited (Artemis: -1).
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 10
 

@@ -1,6 +1,11 @@
 """Where a broker's messages live besides its queues' memory: the journal (recovery, durable settlement),
-page files (:mod:`broker.paging`) and the disk limits (:mod:`broker.disk`). A mixin of
-:class:`broker.server.Broker`, which calls it from the data path.
+page files (:mod:`broker.paging`) and the disk limits (:mod:`broker.disk`). :class:`Storage` is a part
+of :class:`broker.server.Broker`, which calls it from the data path; it calls back through
+:class:`StorageHost`. The I/O itself runs in the Trio tasks of :class:`broker.journal_io.GroupCommitter`
+and :class:`broker.paging.Pager` (started by :mod:`broker.runtime`); this module does none.
+
+**Durable settlement.** A durable message's delivery waits here (:meth:`Storage.hold`) until the group
+committer reports its record on disk; :meth:`Storage.take_durable` hands back those that are.
 
 **Recovery.** The journal is indexed without its payloads (:meth:`broker.journal.Journal.recover_index`);
 a queue whose address pages gets, in journal order, what fits within the limits in memory and the rest
@@ -20,15 +25,15 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from typing import Callable, Protocol
 
-import trio
-
+from broker.addressing import AddressModel
 from broker.disk import DiskMonitor, filesystem_usage
 from broker.journal import Journal
 from broker.journal_io import GroupCommitter
+from broker.limits import AddressLimits
 from broker.paging import FROM_HEADER, KIND_BODY, KIND_JOURNAL, NO_EXPIRY, PagedMessage, Pager
 from broker.queue import Queue, QueuedMessage
-from wire import raw
 
 log = logging.getLogger("broker.storage")
 
@@ -36,26 +41,43 @@ log = logging.getLogger("broker.storage")
 RECOVERY_READ_GROUP = 1024
 
 
-class Storage:
-    """Mixin: the journal, the pager and the disk state of a Broker (see the module docstring)."""
+class StorageHost(Protocol):
+    """What storage tells the broker core."""
 
-    def _init_storage(self, disk_usage, journal_write) -> None:
-        cfg = self.cfg
+    def queue_changed(self, q: Queue) -> None:
+        """``q`` got messages back from its page files: hand them out."""
+
+    def on_batch_end(self) -> None:
+        """Paged messages can be read back (or page files can be written again): look again."""
+
+    def durable_up_to(self, record_id: int) -> None:
+        """The journal has every record up to ``record_id`` on disk (the group committer's report)."""
+
+
+class Storage:
+    """The journal, the pager and the disk state of a broker (see the module docstring)."""
+
+    def __init__(self, cfg, addressing: AddressModel, limits: AddressLimits, clock: Callable[[], int],
+                 host: StorageHost, *, disk_usage=None, journal_write=None) -> None:
+        self.cfg = cfg
+        self.addressing = addressing
+        self.limits = limits
+        self.clock = clock
+        self.host = host
         self._journal_write = journal_write
         self.journal: Journal | None = None
         self.committer: GroupCommitter | None = None
         self.pager: Pager | None = None
         paths = [cfg.journal_directory] if cfg.persistence_enabled else []
-        if self.limits.may_page:
+        if limits.may_page:
             paths.append(cfg.paging_path)
         self.disk = DiskMonitor(paths, cfg.max_disk_usage, min_free=cfg.min_disk_free,
                                 usage=disk_usage or filesystem_usage)
         self.messages_refused_disk = 0  # durable (or paging) messages rejected while the disk was full
-        self._pending_durable: deque = deque()  # (BrokerLink, delivery, record_id)
-        self._durable_wakeup = trio.Event()
+        self._pending_durable: deque = deque()  # (link, delivery, record_id), record ids ascending
 
     # -- start and stop -----------------------------------------------------------------------------------
-    def open_journal(self) -> int:
+    def open(self) -> int:
         """Open the pager (when some address may page) and the journal, and re-enqueue (or page) what the
         journal holds, in order. Returns how many messages were recovered."""
         cfg = self.cfg
@@ -73,9 +95,10 @@ class Storage:
         if self.pager is not None:
             self.pager.journal = self.journal
         index = self.journal.recover_index()
-        self.load_bindings()
+        self.addressing.load_bindings()
         paged = self._recover(index)
-        self.committer = GroupCommitter(self.journal, on_space=self._journal_space)
+        self.committer = GroupCommitter(self.journal, on_space=self._journal_space,
+                                        on_durable=self.host.durable_up_to)
         log.info("journal %s: recovered %d messages%s", cfg.journal_directory, len(index),
                  f" ({paged} of them left on disk: their addresses page)" if paged else "")
         return len(index)
@@ -85,12 +108,13 @@ class Storage:
         many were paged."""
         now = self.clock()
         address_bytes: dict[str, int] = {}
-        total = self.meter.total
+        total = self.addressing.meter.total
         limits = self.limits
+        queues, info = self.addressing.queues, self.addressing.queue_info
         keep, paged = [], 0
         for r in index:
-            q = self.queues.get(r.queue) or self._create_queue(r.queue, r.queue, notify=False)
-            address = self.queue_info[q.name].address
+            q = queues.get(r.queue) or self.addressing.add_queue(r.queue, r.queue, notify=False)
+            address = info[q.name].address
             page = self.pager is not None and (self.pager.paging(q.name) or (limits.pages(address) and (
                 (0 <= limits.global_max < total + r.payload_size) or
                 (0 <= limits.limit_of(address)[0] < address_bytes.get(address, 0) + r.payload_size))))
@@ -110,44 +134,42 @@ class Storage:
                 msg = QueuedMessage.from_bytes(payloads[r.record_id], now, record_id=r.record_id)
                 msg.delivery_count = r.delivery_count
                 msg.durable = True
-                if r.queue in self._expiry_targets:
+                if r.queue in self.addressing.expiry_targets:
                     msg.expires_at = None
                 q.enqueue(msg)
         if paged:
             self.pager.flush_all()
         return paged
 
-    def close_journal(self) -> None:
+    def close(self) -> None:
         if self.journal is not None:
             self.journal.close()
         if self.pager is not None:
             self.pager.close()
 
     # -- durable settlement ---------------------------------------------------------------------------
-    async def durability_loop(self) -> None:
-        """Settle durable deliveries once the group committer has their records on disk."""
-        while True:
-            await self._durable_wakeup.wait()
-            self._durable_wakeup = trio.Event()
-            while self._pending_durable:
-                await self.committer.wait_durable(self._pending_durable[-1][2])
-                self._settle_durable()
+    def hold(self, link, d, record_id: int) -> None:
+        """Keep delivery ``d`` of ``link`` unanswered until record ``record_id`` is on disk."""
+        self._pending_durable.append((link, d, record_id))
 
-    def _settle_durable(self) -> None:
-        durable = self.journal.durable_id
+    @property
+    def holding(self) -> int:
+        """Deliveries waiting for their record to be on disk."""
+        return len(self._pending_durable)
+
+    def take_durable(self, record_id: int) -> list[tuple]:
+        """The ``(link, delivery)`` held for records up to ``record_id`` (now on disk), in order."""
         pending = self._pending_durable
-        wake = set()
-        accepted = raw.ACCEPTED
-        while pending and pending[0][2] <= durable:
-            bl, d, _rid = pending.popleft()
-            if bl.closed:
-                continue
-            raw.delivery_update(d, accepted)
-            raw.delivery_settle(d)
-            self._give_credit(bl)
-            wake.add(bl.engine)
-        for engine in wake:
-            engine.wake()
+        out = []
+        while pending and pending[0][2] <= record_id:
+            link, d, _rid = pending.popleft()
+            out.append((link, d))
+        return out
+
+    def kick(self) -> None:
+        """Ask the group committer to sync what is pending (after a batch of events)."""
+        if self.committer is not None and self.journal.pending:
+            self.committer.kick()
 
     # -- disk limits ----------------------------------------------------------------------------------
     def durable_refusal(self) -> str | None:
@@ -170,14 +192,12 @@ class Storage:
         """Bytes that can still be written before max-disk-usage (-1: unknown or no limit)."""
         return self.disk.headroom if self.disk.enabled else -1
 
-    async def disk_loop(self) -> None:
-        """Read the file systems' usage every disk-scan-period ms (Artemis' disk monitor)."""
+    @property
+    def disk_scan_seconds(self) -> float | None:
+        """How often the runtime reads the disk usage (Artemis' disk-scan-period); None: never."""
         if not self.disk.enabled or not self.disk.paths:
-            return
-        period = self.cfg.disk_scan_period_ms / 1000.0
-        while True:
-            await trio.sleep(period)
-            self.check_disk()
+            return None
+        return self.cfg.disk_scan_period_ms / 1000.0
 
     def check_disk(self) -> bool:
         """One reading of the disk usage; logs (once) and acts when the state changed."""
@@ -207,7 +227,7 @@ class Storage:
 
     def _pager_space(self, ok: bool) -> None:
         if ok:
-            self.on_batch_end()
+            self.host.on_batch_end()
 
     # -- paging ---------------------------------------------------------------------------------------
     def _page_size(self, address: str) -> int:
@@ -217,7 +237,7 @@ class Storage:
         """True while ``q`` has paged messages: a new message joins them (FIFO)."""
         return self.pager is not None and self.pager.paging(q.name)
 
-    def _page(self, q: Queue, msg: QueuedMessage, address: str) -> None:
+    def page(self, q: Queue, msg: QueuedMessage, address: str) -> None:
         """Write ``msg`` (not enqueued) to ``q``'s page files instead of memory."""
         entry = PagedMessage(KIND_BODY if msg.record_id is None else KIND_JOURNAL, msg.record_id or 0,
                              msg.enqueued_at, NO_EXPIRY if msg.expires_at is None else msg.expires_at,
@@ -226,27 +246,27 @@ class Storage:
         self.limits.counted_page(address)
 
     def _paged_ready(self, queue: str) -> None:
-        self.on_batch_end()
+        self.host.on_batch_end()
 
-    def _depage(self) -> None:
+    def depage(self) -> None:
         """Move paged messages back into their queues, in order, while their addresses have room (a queue
         holding nothing in memory always takes one: no queue waits forever behind another's backlog).
         When the next one is still on disk, ask the pager to read it."""
         pager = self.pager
         limits = self.limits
+        addressing = self.addressing
         peers_of: dict[str, list] = {}  # address -> its queues, found once per pass
         for name in pager.paging_queues():
-            q = self.queues.get(name)
+            q = addressing.queues.get(name)
             if q is None:
                 continue
-            address = self.queue_info[name].address
+            address = addressing.queue_info[name].address
             while pager.paging(name):
                 entry = pager.peek(name)
                 if q.size_bytes > 0:
                     peers = peers_of.get(address)
                     if peers is None:
-                        peers = peers_of[address] = [self.queues[n] for n, i in self.queue_info.items()
-                                                     if i.address == address]
+                        peers = peers_of[address] = addressing.queues_of(address)
                     # The next message's size when it is in memory, else the typical paged size.
                     size = entry.size if entry is not None else pager.typical_size(name)
                     if not limits.fits(address, peers, size):
@@ -258,7 +278,7 @@ class Storage:
                 msg = self._paged_message(name, entry)
                 if msg is not None:
                     q.enqueue(msg)
-                    self._dirty.add(q)
+                    self.host.queue_changed(q)
 
     def _paged_message(self, queue: str, entry: PagedMessage) -> QueuedMessage | None:
         payload = entry.payload
@@ -279,11 +299,25 @@ class Storage:
             return None
         msg.durable = entry.kind == KIND_JOURNAL
         msg.delivery_count = entry.delivery_count
-        if entry.expires_at == NO_EXPIRY or (entry.expires_at == FROM_HEADER and queue in self._expiry_targets):
+        if entry.expires_at == NO_EXPIRY or (entry.expires_at == FROM_HEADER and queue in self.addressing.expiry_targets):
             msg.expires_at = None
         elif entry.expires_at != FROM_HEADER:
             msg.expires_at = entry.expires_at
         return msg
+
+    def paged_stats(self, queue: str) -> tuple[int, int, int]:
+        """(messages, bytes, page files) paged for ``queue``."""
+        return self.pager.stats(queue) if self.pager is not None else (0, 0, 0)
+
+    def acknowledge(self, messages) -> None:
+        """Journal the removal of the durable ones among ``messages`` (dropped, purged, deleted)."""
+        journal = self.journal
+        if journal is None:
+            return
+        for msg in messages:
+            if msg.record_id is not None:
+                journal.append_ack(msg.record_id)
+                msg.record_id = None
 
     def forget_paged(self, queue: str, keep=()) -> int:
         """Drop ``queue``'s paged messages (it is being deleted or purged), acknowledging the durable ones

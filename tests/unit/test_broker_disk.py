@@ -13,6 +13,7 @@ from proton import Message
 
 from broker.config import BrokerConfigError, parse_broker_config
 from broker.disk import DiskMonitor
+from broker.runtime import BrokerRuntime
 from broker.server import Broker
 from tests.unit.enginepair import RouterHarness, outcome, settle
 from tests.unit.test_journal import FullDisk
@@ -57,7 +58,7 @@ def make(tmp_path, usage, *, core="", write=None, clock=None) -> tuple[Broker, R
 
 def sync(b: Broker) -> None:
     b.journal.sync()
-    b._settle_durable()  # noqa: SLF001 - what durability_loop does
+    b.durable_up_to(b.journal.durable_id)  # what the group committer reports after a sync
 
 
 def states(ds) -> list[str]:
@@ -177,7 +178,7 @@ async def test_disk_scan_period_is_when_the_usage_is_read(tmp_path, autojump_clo
     usage = Usage(10)
     b, _h = make(tmp_path, usage, core="<disk-scan-period>2000</disk-scan-period>")
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(b.disk_loop)
+        nursery.start_soon(BrokerRuntime(b).disk_loop)
         await trio.sleep(1.9)
         usage.percent = 99
         reads = usage.reads
@@ -211,8 +212,7 @@ async def test_enospc_keeps_the_broker_up_and_it_recovers_by_itself(tmp_path, ca
 
     with caplog.at_level(logging.INFO, logger="broker"):
         async with trio.open_nursery() as nursery:
-            await nursery.start(b.committer.run)
-            nursery.start_soon(b.durability_loop)
+            await nursery.start(b.committer.run)  # it reports each sync: b.durable_up_to
             first = [prod.send(snd, Message(id=i, body="on disk", durable=True)) for i in range(3)]
             await until(lambda: states(first) == ["accepted"] * 3, "first")
             disk.full = True
@@ -250,19 +250,19 @@ def test_a_large_durable_message_is_refused_at_its_first_frame_while_the_disk_is
     snd = prod.sender("orders")
     h.pump()
     seen = []
-    real = b._check_partial  # noqa: SLF001 - observe how much was held when it was refused
+    real = b.admission.check_arriving  # observe how much was held when it was refused
 
-    def spy(engine, bl, d, p):
-        seen.append(p.size)
-        real(engine, bl, d, p)
+    def spy(bl, arriving, held):
+        seen.append(held)
+        return real(bl, arriving, held)
 
-    b._check_partial = spy  # noqa: SLF001
+    b.admission.check_arriving = spy
     big = prod.send(snd, Message(body=b"d" * 5_000_000, durable=True))
     h.pump()
     assert outcome(big)["state"] == "rejected"
     assert outcome(big)["condition"][0] == "amqp:resource-limit-exceeded"
     assert seen and max(seen) < 100_000
-    assert not b._partial  # noqa: SLF001
+    assert not b.messages_arriving()  # nothing of it is kept
 
 
 def test_a_durable_message_larger_than_the_space_left_is_refused_early(tmp_path):

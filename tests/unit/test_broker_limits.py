@@ -153,7 +153,7 @@ def test_a_multi_frame_message_is_refused_while_it_arrives():
     assert outcome(big)["state"] == "rejected"
     assert snd.remote_condition.name == "amqp:link:message-size-exceeded"
     assert broker.queues["orders"].message_count == 0
-    assert not broker._partial  # noqa: SLF001 - nothing of it is kept
+    assert not broker.messages_arriving()  # nothing of it is kept
 
 
 @pytest.mark.parametrize("setting,core,pages", [
@@ -196,20 +196,20 @@ def test_a_message_larger_than_its_address_can_hold_is_refused_at_its_first_fram
     largest = 10 * 1024 if limit == "10K" else 20 * 1024
     assert snd.remote_max_message_size == largest
     seen = []
-    real = broker._check_partial  # noqa: SLF001 - observe how much was held when it was refused
+    real = broker.admission.check_arriving  # observe how much was held when it was refused
 
-    def spy(engine, bl, d, p):
-        seen.append(p.size)
-        real(engine, bl, d, p)
+    def spy(bl, arriving, held):
+        seen.append(held)
+        return real(bl, arriving, held)
 
-    broker._check_partial = spy  # noqa: SLF001
+    broker.admission.check_arriving = spy
     big = prod.send(snd, Message(body=b"y" * 3_000_000))
     h.pump()
     assert outcome(big)["state"] == "rejected"
     assert outcome(big)["condition"][0] == "amqp:link:message-size-exceeded"
     assert snd.remote_condition.name == "amqp:link:message-size-exceeded"
     assert seen and max(seen) < largest + 70_000  # refused within a read of the bound, not at 3 MB
-    assert broker.queues["orders"].message_count == 0 and not broker._partial  # noqa: SLF001
+    assert broker.queues["orders"].message_count == 0 and not broker.messages_arriving()
 
 
 def test_a_complete_message_larger_than_the_address_is_rejected_and_the_link_stays():

@@ -118,7 +118,7 @@ async def settle_io(b: Broker, h: RouterHarness, until=lambda: True, timeout: fl
             h.pump()
             if b.journal is not None and b.journal.pending:
                 b.journal.sync()
-                b._settle_durable()  # noqa: SLF001 - what durability_loop does
+                b.durable_up_to(b.journal.durable_id)  # what the group committer reports after a sync
             await trio.sleep(0.005)
             h.pump()
             if until() and not any(s.busy for s in b.pager.spools.values()):
