@@ -1,8 +1,9 @@
 """Auto-links: links the router itself attaches to a container (a broker) for an address phase.
 
-Reference §2.3. An ``autoLink {address, direction, phase, connection | containerId, externalAddress}``
-attaches, on every open connection that matches (by listener/connector ``name`` or by the peer's
-container id), a link to ``externalAddress`` (or ``address``) on the container:
+As in Qpid Dispatch 1.19 (src/router_core/route_control.c; the autoLink entity of qdrouter.json), an
+``autoLink {address, direction, phase, connection | containerId, externalAddress}`` attaches, on every
+open connection that matches (by listener/connector ``name`` or by the peer's container id), a link to
+``externalAddress`` (or ``address``) on the container:
 
 * ``direction: out`` — the router sends: the link is a destination for ``M<phase><address>``
   (default phase 0), so producers get credit once it is attached;
@@ -10,8 +11,9 @@ container id), a link to ``externalAddress`` (or ``address``) on the container:
   phase 1) and gets credit only while that phase has a consumer, as any producer does.
 
 A link the container refuses or detaches is retried, first after ``RETRY_FIRST_SECONDS`` and then every
-``RETRY_SECONDS`` (Dispatch's 2 s / 5 s), while its connection stays open. Sans-IO: time comes in
-through :meth:`AutoLinkManager.tick`.
+``RETRY_SECONDS`` (route_control.c's AUTO_LINK_FIRST_RETRY_INTERVAL and AUTO_LINK_RETRY_INTERVAL: 2 s and
+5 s), while its connection stays open. Sans-IO: time comes in through :meth:`AutoLinkManager.tick`.
+Management adds and removes auto-links while the router runs (:meth:`AutoLinkManager.add`, ``remove``).
 """
 
 from __future__ import annotations
