@@ -136,10 +136,9 @@ class AutoLinkManager:
         return None
 
     # -- management: auto-links added and removed while the router runs ------------------------------
-    def add(self, entity) -> AutoLink:
-        """Keep a new auto-link (a validated ``autoLink`` entity) attached from now on: at once on the
-        first open connection that matches it. ValueError when the name is taken."""
-        al = AutoLink.from_entity(entity, len(self.auto_links))
+    def add(self, al: AutoLink) -> None:
+        """Keep a new auto-link attached from now on: at once on the first open connection that matches
+        it. ValueError when the name is taken."""
         if any(other.name == al.name for other in self.auto_links):
             raise ValueError(f"an auto-link named '{al.name}' exists")
         self.auto_links.append(al)
@@ -147,7 +146,6 @@ class AutoLinkManager:
             if rc.engine.remote_container is not None and al.matches(rc):
                 self.attach(al, rc)
                 break
-        return al
 
     def remove(self, name: str) -> AutoLink:
         """Forget the auto-link ``name`` and detach its link. KeyError when there is none."""

@@ -72,7 +72,9 @@ class RouterControl:
     def add_auto_link(self, entity) -> AutoLink:
         """Keep an ``autoLink`` entity's link attached from now on (at once on a matching open connection).
         ValueError when the name is taken."""
-        return self.router.auto_links.add(entity)
+        al = AutoLink.from_entity(entity, len(self.router.auto_links.auto_links))
+        self.router.auto_links.add(al)
+        return al
 
     def remove_auto_link(self, name: str) -> AutoLink:
         """Forget the auto-link ``name`` and detach its link (it is not retried)."""

@@ -170,3 +170,40 @@ def test_auto_link_by_container_id_ignores_other_connections():
 
 def test_retry_delays_are_dispatch_s():
     assert (RETRY_FIRST_SECONDS, RETRY_SECONDS) == (2.0, 5.0)
+
+
+def test_auto_link_added_and_removed_while_running():
+    """add() attaches at once on a matching open connection; remove() detaches the link and forgets the
+    auto-link, so it is not retried; a second auto-link with a taken name is refused."""
+    from router.autolinks import AutoLink
+
+    clock = [0.0]
+    h, _ = setup(clock)
+    broker = h.connect(name="broker")
+    answer_attaches(broker)
+    manager = h.router.auto_links
+    added = AutoLink.from_entity(AutoLinkEntity(address="extra", direction="out", connection="broker",
+                                                name="extra"), 2)
+    manager.add(added)
+    assert added.oper_status == ATTACHING
+    h.pump()
+    [link] = answer_attaches(broker)
+    h.pump()
+    assert link.name == "R1.extra" and added.oper_status == ACTIVE
+    try:
+        manager.add(AutoLink.from_entity(AutoLinkEntity(address="x", direction="in", connection="broker",
+                                                        name="extra"), 3))
+    except ValueError as exc:
+        assert "extra" in str(exc)
+    else:
+        raise AssertionError("a second auto-link named 'extra' was accepted")
+
+    assert manager.remove("extra") is added
+    h.pump()
+    assert link.state & Endpoint.REMOTE_CLOSED
+    assert link.remote_condition.name == "amqp:link:detach-forced"
+    assert "extra" not in {al.name for al in manager.auto_links}
+    clock[0] += RETRY_SECONDS + 1
+    h.router.tick(clock[0])
+    h.pump()
+    assert answer_attaches(broker) == []  # not retried
