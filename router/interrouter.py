@@ -106,7 +106,7 @@ class InterRouterLinks:
 
     def __init__(self, routing, *, data_links: DataLinks, remote_routes: RemoteRoutes,
                  clock: Callable[[], float]):
-        self.engine = routing
+        self.routing = routing
         self.data_links = data_links
         self.remote_routes = remote_routes
         self._clock = clock
@@ -114,8 +114,8 @@ class InterRouterLinks:
     # -- connection life -------------------------------------------------------------------------
     def connection_opened(self, rc: RouterConnection) -> None:
         engine = rc.engine
-        if self.engine is not None:
-            refusal = self.engine.check_open(engine.remote_container, _name(rc), self._clock())
+        if self.routing is not None:
+            refusal = self.routing.check_open(engine.remote_container, _name(rc), self._clock())
             if refusal is not None:
                 engine.close(DUPLICATE_ID_CONDITION, refusal)
                 return
@@ -216,8 +216,8 @@ class InterRouterLinks:
             return
         m.up = True
         log.info("inter-router connection %d to %s up (cost %d)", rc.engine.id, m.peer_id, m.cost)
-        if self.engine is not None:
-            self.engine.link_up(rc, m.cost, self._clock())
+        if self.routing is not None:
+            self.routing.link_up(rc, m.cost, self._clock())
             self.flush()
 
     def connection_closed(self, rc: RouterConnection) -> None:
@@ -226,11 +226,11 @@ class InterRouterLinks:
             return
         rc.mesh = None
         _, description = raw.connection_remote_condition(raw.pointer(rc.engine.connection))
-        if self.engine is not None and printable(description or "").startswith(DUPLICATE_ID_REASON):
-            self.engine.peer_refused(_name(rc), printable(description), self._clock())
-        if m.up and self.engine is not None:
+        if self.routing is not None and printable(description or "").startswith(DUPLICATE_ID_REASON):
+            self.routing.peer_refused(_name(rc), printable(description), self._clock())
+        if m.up and self.routing is not None:
             log.info("inter-router connection %d to %s lost", rc.engine.id, m.peer_id)
-            self.engine.link_lost(rc, self._clock())
+            self.routing.link_lost(rc, self._clock())
             self.flush()
 
     def link_closed(self, rc: RouterConnection, link) -> bool:
@@ -238,9 +238,9 @@ class InterRouterLinks:
         m = rc.mesh
         if m is None or link not in (m.control_in, m.control_out):
             return False
-        if m.up and self.engine is not None:
+        if m.up and self.routing is not None:
             m.up = False
-            self.engine.link_lost(rc, self._clock())
+            self.routing.link_lost(rc, self._clock())
             self.flush()
         if link == m.control_in:
             m.control_in = None
@@ -253,8 +253,8 @@ class InterRouterLinks:
         """A control message from the neighbour (the engine assembled it; the link is advanced)."""
         raw.delivery_settle(d)
         raw.link_flow(rec.ptr, 1)
-        if self.engine is not None and msg is not None:
-            self.engine.receive(rec.rc, msg, self._clock())
+        if self.routing is not None and msg is not None:
+            self.routing.receive(rec.rc, msg, self._clock())
             self.flush()
         engine.wake()
 
@@ -273,13 +273,13 @@ class InterRouterLinks:
 
     def flush(self) -> None:
         """Send what the routing engine produced."""
-        engine = self.engine
-        if engine is None:
+        routing = self.routing
+        if routing is None:
             return
-        for rc, description in engine.take_refusals():
+        for rc, description in routing.take_refusals():
             if isinstance(rc, RouterConnection):
                 rc.engine.close(DUPLICATE_ID_CONDITION, description)
-        out = engine.take_output()
+        out = routing.take_output()
         touched = set()
         for rc, msg in out:
             m = rc.mesh if isinstance(rc, RouterConnection) else None
