@@ -13,11 +13,14 @@ wildcards, or ``queue-name``) the broker attaches, on one session per connection
   the queue).
 
 Queues created later (auto-created, by management) get their links as soon as they exist, and every
-link is attached again on reconnect (retry-interval, reconnect-attempts, failover URIs after ``#``). ``auto-start="false"`` leaves
-the connection stopped until :meth:`BridgeControl.start` (the management ``start`` operation);
+link is attached again on reconnect (retry-interval, reconnect-attempts, failover URIs after ``#``).
+``auto-start="false"`` leaves the connection stopped until :meth:`BridgeControl.start` (the management ``start`` operation);
 :meth:`BridgeControl.stop` closes it. ``user``/``password`` authenticate with SASL PLAIN. Temporary
 queues (dynamic sources, non-durable subscriptions) never get broker-connection links. ``<mirror>`` and
 ``<federation>`` are not implemented and are reported once at start-up.
+
+This module is sans-IO (state, link attachment); the Trio task that dials, retries and fails over is
+:class:`broker.runtime.BridgeTask`.
 """
 
 from __future__ import annotations
@@ -27,11 +30,9 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 import proton
-import trio
 
 from broker.config import BrokerConnection, BrokerConnectionElement, artemis_match
 from wire import raw
-from wire.driver import Backoff, run_connector
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -40,10 +41,6 @@ log = logging.getLogger("broker.connections")
 
 WAYPOINT_CAPABILITY = "qd.waypoint"
 LINK_KINDS = ("peer", "sender", "receiver")
-# How long a stopped connection waits for the peer's close frame before the socket is dropped.
-STOP_GRACE_SECONDS = 2.0
-_POLL_SECONDS = 0.02
-
 STOPPED, CONNECTING, CONNECTED, FAILED = "stopped", "connecting", "connected", "failed"
 
 
@@ -77,7 +74,9 @@ def planned_links(broker: Broker, conn: BrokerConnection, only: str | None = Non
 
 
 class BridgeControl:
-    """One ``<amqp-connection>``: its state for management and the Trio task that keeps it up."""
+    """One ``<amqp-connection>``: its state for management and the links it attaches, sans-IO. The Trio
+    task that keeps the connection up is :class:`broker.runtime.BridgeTask`; it sets ``on_change``, which
+    :meth:`start` and :meth:`stop` call."""
 
     def __init__(self, broker: Broker, conn: BrokerConnection):
         self.broker = broker
@@ -87,8 +86,8 @@ class BridgeControl:
         self.engine = None            # while connected (the peer answered our open)
         self._session = None
         self._attached: set = set()   # (kind, queue) with links on the current engine
-        self._changed = trio.Event()
-        self._opened = False          # the current attempt reached the peer's open
+        self.on_change = None         # () -> None: set by the task that acts on start/stop
+        self.opened = False           # the current attempt reached the peer's open
         broker.bridges[conn.name] = self
         broker.addressing.subscribe(self.on_queue_created)
 
@@ -97,11 +96,15 @@ class BridgeControl:
         self.wanted = True
         if self.status == FAILED:
             self.status = STOPPED
-        self._changed.set()
+        self._changed()
 
     def stop(self) -> None:
         self.wanted = False
-        self._changed.set()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def link_count(self) -> int:
         e = self.engine
@@ -109,7 +112,7 @@ class BridgeControl:
 
     # -- links ----------------------------------------------------------------------------------------
     def _open(self, engine) -> None:
-        self._opened = True
+        self.opened = True
         self.engine = engine
         self.status = CONNECTED
         self._attached = set()
@@ -157,8 +160,15 @@ class BridgeControl:
             engine.wake()
         return n
 
-    # -- the task ---------------------------------------------------------------------------------------
-    def _make_engine(self, remote: str):
+    # -- what the task calls ----------------------------------------------------------------------------
+    def report_unimplemented(self) -> None:
+        """Log once, at start-up, the elements tdbroker does not implement (mirror, federation)."""
+        for el in self.conn.elements:
+            if el.kind not in LINK_KINDS:
+                log.warning("%s:%d: <%s> in broker connection %s is not implemented yet; ignored",
+                            self.broker.cfg.path, el.line, el.kind, self.conn.name)
+
+    def make_engine(self, remote: str):
         broker = self.broker
         # user/password: SASL PLAIN, set up by the engine before its transport is bound (wire/sasl.py).
         settings = broker.connection_settings(name=self.conn.name, sasl_username=self.conn.user or None,
@@ -167,75 +177,12 @@ class BridgeControl:
         engine.app.on_open = self._open
         return engine
 
-    def _on_state(self, state: str) -> None:
+    def on_state(self, state: str) -> None:
         if state != "SUCCESS":
             self.engine = None
         if state == "CONNECTING":
             self.status = CONNECTING
         log.debug("broker connection %s: %s", self.conn.name, state)
-
-    async def run(self) -> None:
-        """Wait for start, keep the connection up until stop; forever (the broker's nursery ends it)."""
-        for el in self.conn.elements:
-            if el.kind not in LINK_KINDS:
-                log.warning("%s:%d: <%s> in broker connection %s is not implemented yet; ignored",
-                            self.broker.cfg.path, el.line, el.kind, self.conn.name)
-        while True:
-            while not self.wanted:
-                await self._changed.wait()
-                self._changed = trio.Event()
-            self.status = CONNECTING
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._connect, nursery.cancel_scope)
-                nursery.start_soon(self._watch_stop, nursery.cancel_scope)
-            self.engine = None
-            if self.status != FAILED:
-                self.status = STOPPED
-
-    async def _connect(self, scope: trio.CancelScope) -> None:
-        """Connect, and reconnect every retry-interval. A failed attempt moves on to the next failover
-        URI (``uri="tcp://a:1#tcp://b:2"``); a connection that got as far as the peer's open resets the
-        attempt count, as Artemis does; more than reconnect-attempts failures in a row give up."""
-        conn = self.conn
-        targets = failover_targets(conn)
-        failures = 0
-        i = 0
-        while True:
-            host, port = targets[i % len(targets)]
-            self._opened = False
-            await run_connector(host, port, self._make_engine, ONE_ATTEMPT, on_state=self._on_state)
-            if self._opened:
-                failures = 0
-            else:
-                failures += 1
-                i += 1
-            if 0 <= conn.reconnect_attempts < failures:
-                break
-            self.status = CONNECTING
-            await trio.sleep(max(conn.retry_interval_ms, 1) / 1000.0)
-        log.warning("broker connection %s (%s) gave up after %d attempts", conn.name, conn.uri, failures)
-        self.status = FAILED
-        self.wanted = False
-        scope.cancel()
-
-    async def _watch_stop(self, scope: trio.CancelScope) -> None:
-        while self.wanted:
-            await self._changed.wait()
-            self._changed = trio.Event()
-        engine = self.engine
-        if engine is not None and not engine.finished:
-            engine.close()
-            engine.wake()
-            with trio.move_on_after(STOP_GRACE_SECONDS):
-                while not engine.finished and engine.app in self.broker.connections:
-                    await trio.sleep(_POLL_SECONDS)
-        log.info("broker connection %s stopped", self.conn.name)
-        scope.cancel()
-
-
-# run_connector is used for one connection at a time: the retry loop (interval, failover, attempt
-# count) is BridgeControl._connect's.
-ONE_ATTEMPT = Backoff(initial=0.0, multiplier=1.0, max_delay=0.0, max_attempts=1)
 
 
 def failover_targets(conn: BrokerConnection) -> list[tuple[str, int]]:

@@ -17,7 +17,7 @@ import trio
 
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
-from broker.runtime import BrokerRuntime
+from broker.runtime import BridgeTask, BrokerRuntime
 from broker.server import Broker
 from wire.driver import ConnectionLimit, serve_listener, shut_down_on_signal
 from wire.logformat import OneLineFormatter
@@ -99,7 +99,7 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
                 h, p = lst.socket.getsockname()[:2]
                 print(f"tdbroker: listening on {h}:{p} (acceptor {acc.name})", flush=True)
         for ctl in broker.bridges.values():
-            nursery.start_soon(ctl.run)  # auto-start="false" ones wait for start_broker_connection
+            nursery.start_soon(BridgeTask(ctl).run)  # auto-start="false" ones wait for start_broker_connection
         print("tdbroker: ready", flush=True)
         task_status.started(broker)
         await shut_down_on_signal(signals, broker.close_all, lambda: bool(broker.connections),

@@ -7,7 +7,9 @@ its I/O.
   and reports each sync to the core (``durable_up_to``), which settles the durable deliveries waiting for it;
 * the **pager** (:class:`broker.paging.Pager`) writes and reads page files in a worker thread;
 * the **disk task** reads the file systems' usage every ``disk-scan-period`` ms (Artemis' disk monitor);
-* the **bindings task** rewrites the bindings file (in a thread) whenever the queue table changed.
+* the **bindings task** rewrites the bindings file (in a thread) whenever the queue table changed;
+* a **bridge task** (:class:`BridgeTask`) per broker connection dials, retries and fails over, and closes
+  the connection on stop (its state and links are :class:`broker.connections.BridgeControl`'s).
 
 :meth:`BrokerRuntime.run` starts them all in a nursery (the daemon's); each can also be started alone
 (tests start only what they need).
@@ -20,9 +22,18 @@ import logging
 import trio
 
 from broker.addressing import write_bindings
+from broker.connections import CONNECTING, FAILED, STOPPED, BridgeControl, failover_targets
 from broker.server import Broker
+from wire.driver import Backoff, run_connector
 
 log = logging.getLogger("broker.runtime")
+
+# How long a stopped broker connection waits for the peer's close frame before the socket is dropped.
+STOP_GRACE_SECONDS = 2.0
+_POLL_SECONDS = 0.02
+# run_connector is used for one connection at a time: the retry loop (interval, failover, attempt
+# count) is BridgeTask._connect's.
+ONE_ATTEMPT = Backoff(initial=0.0, multiplier=1.0, max_delay=0.0, max_attempts=1)
 
 
 class BrokerRuntime:
@@ -94,3 +105,76 @@ class BrokerRuntime:
                 await trio.to_thread.run_sync(write_bindings, path, snapshot)
             except OSError as exc:  # the broker keeps running; a restart may rebind by name only
                 log.error("%s: cannot write bindings: %s", path, exc)
+
+
+class BridgeTask:
+    """The Trio task of one broker connection (:class:`BridgeControl`): waits for start, keeps the
+    connection up until stop."""
+
+    def __init__(self, ctl: BridgeControl):
+        self.ctl = ctl
+        self._changed = trio.Event()
+        ctl.on_change = self._poke
+
+    def _poke(self) -> None:
+        self._changed.set()
+
+    async def _wait_change(self) -> None:
+        await self._changed.wait()
+        self._changed = trio.Event()
+
+    async def run(self) -> None:
+        """Forever (the broker's nursery ends it)."""
+        ctl = self.ctl
+        ctl.report_unimplemented()
+        while True:
+            while not ctl.wanted:
+                await self._wait_change()
+            ctl.status = CONNECTING
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._connect, nursery.cancel_scope)
+                nursery.start_soon(self._watch_stop, nursery.cancel_scope)
+            ctl.engine = None
+            if ctl.status != FAILED:
+                ctl.status = STOPPED
+
+    async def _connect(self, scope: trio.CancelScope) -> None:
+        """Connect, and reconnect every retry-interval. A failed attempt moves on to the next failover
+        URI (``uri="tcp://a:1#tcp://b:2"``); a connection that got as far as the peer's open resets the
+        attempt count, as Artemis does; more than reconnect-attempts failures in a row give up."""
+        ctl = self.ctl
+        conn = ctl.conn
+        targets = failover_targets(conn)
+        failures = 0
+        i = 0
+        while True:
+            host, port = targets[i % len(targets)]
+            ctl.opened = False
+            await run_connector(host, port, ctl.make_engine, ONE_ATTEMPT, on_state=ctl.on_state)
+            if ctl.opened:
+                failures = 0
+            else:
+                failures += 1
+                i += 1
+            if 0 <= conn.reconnect_attempts < failures:
+                break
+            ctl.status = CONNECTING
+            await trio.sleep(max(conn.retry_interval_ms, 1) / 1000.0)
+        log.warning("broker connection %s (%s) gave up after %d attempts", conn.name, conn.uri, failures)
+        ctl.status = FAILED
+        ctl.wanted = False
+        scope.cancel()
+
+    async def _watch_stop(self, scope: trio.CancelScope) -> None:
+        ctl = self.ctl
+        while ctl.wanted:
+            await self._wait_change()
+        engine = ctl.engine
+        if engine is not None and not engine.finished:
+            engine.close()
+            engine.wake()
+            with trio.move_on_after(STOP_GRACE_SECONDS):
+                while not engine.finished and engine.app in ctl.broker.connections:
+                    await trio.sleep(_POLL_SECONDS)
+        log.info("broker connection %s stopped", ctl.conn.name)
+        scope.cancel()

@@ -11,6 +11,7 @@ from proton import Message
 from broker.config import parse_broker_config
 from broker.connections import BridgeControl
 from broker.journal import Journal
+from broker.runtime import BridgeTask
 from broker.server import Broker
 from wire.terminus import capabilities as _symbols
 from tests.unit.enginepair import MODIFIED, Peer, Pipe, RouterHarness, pump, settle
@@ -313,7 +314,7 @@ def test_broker_connection_links_follow_queues_created_later(tmp_path):
     assert isinstance(ctl, BridgeControl) and ctl.status == "stopped"
     assert b.mgmt_connections() == [{"name": "r", "uri": "tcp://127.0.0.1:1", "status": "stopped",
                                      "links": 0, "autoStart": False}]
-    engine = ctl._make_engine("test")
+    engine = ctl.make_engine("test")
     remote = Peer(server=True)
     pipe = Pipe(engine, remote)
     pump(pipe)
@@ -365,7 +366,7 @@ async def test_auto_start_false_waits_for_start_and_stop_closes(tmp_path, nurser
         retry-interval="50"><peer queue-name="orders"/></amqp-connection></broker-connections>"""
     local = make_broker(tmp_path / "local", connections=conns)
     ctl = local.bridges["up"]
-    nursery.start_soon(ctl.run)
+    nursery.start_soon(BridgeTask(ctl).run)
 
     async def until(pred, what):
         with trio.fail_after(10):
@@ -403,7 +404,7 @@ async def test_failover_uri_is_tried_when_the_first_fails(tmp_path, nursery):
         </broker-connections>"""
     local = make_broker(tmp_path / "local", connections=conns)
     ctl = local.bridges["up"]
-    nursery.start_soon(ctl.run)
+    nursery.start_soon(BridgeTask(ctl).run)
     with trio.fail_after(10):
         while ctl.status != "connected":
             await trio.sleep(0.01)
@@ -420,7 +421,7 @@ async def test_reconnect_attempts_give_up_as_failed(tmp_path, nursery):
         </broker-connections>"""
     local = make_broker(tmp_path, connections=conns)
     ctl = local.bridges["up"]
-    nursery.start_soon(ctl.run)
+    nursery.start_soon(BridgeTask(ctl).run)
     with trio.fail_after(10):
         while ctl.status != "failed":
             await trio.sleep(0.01)
