@@ -335,16 +335,7 @@ def test_duplicate_router_id_is_logged_critical(mesh):
     assert any("CRITICAL" in ln or "critical" in ln for ln in lines), lines
 
 
-def _edge_supported(mesh, tmp_path) -> bool:
-    r = mesh.add("probe-edge", listen=False, mode="edge")
-    text = r.stderr_text()
-    r.stop()
-    return "runs as standalone" not in text
-
-
-def test_edge_to_edge_through_two_interiors(mesh, tmp_path):
-    if not _edge_supported(mesh, tmp_path):
-        pytest.skip("mode: edge is not implemented yet (the daemon runs it as standalone)")
+def test_edge_to_edge_through_two_interiors(mesh):
     edge_listener = ("listener {\n    name: edge\n    host: 127.0.0.1\n    port: 0\n    role: edge\n"
                      "    authenticatePeer: no\n    saslMechanisms: ANONYMOUS\n}")
     mesh.add("IA", sections=edge_listener)
@@ -409,8 +400,6 @@ CONF_MESH = pathlib.Path(__file__).resolve().parents[2] / "conf" / "mesh"
 ])
 def test_conf_mesh_topologies_run(mesh, tmp_path, topology, files, pairs):
     """The files of conf/mesh, as shipped except for the ports (free ones instead of 5672...)."""
-    if topology == "edges" and not _edge_supported(mesh, tmp_path):
-        pytest.skip("mode: edge is not implemented yet (the daemon runs it as standalone)")
     texts = {f: (CONF_MESH / f"{f}.conf").read_text() for f in files}
     ports = sorted({int(p) for t in texts.values() for p in re.findall(r"^\s*port:\s*(\d+)\s*$", t, re.M)})
     remap = {p: free_port() for p in ports}
