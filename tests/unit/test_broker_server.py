@@ -426,3 +426,110 @@ async def test_reconnect_attempts_give_up_as_failed(tmp_path, nursery):
         while ctl.status != "failed":
             await trio.sleep(0.01)
     assert local.mgmt_connections()[0]["status"] == "failed" and ctl.wanted is False
+
+
+# ---- the sans-IO core: time and durability are inputs (issue 11) ---------------------------------------
+
+CORE_MODULES = ("server", "addressing", "queue", "delivery", "admission", "storage", "timers", "moves",
+                "facade", "links", "connections", "limits", "disk")
+
+
+def test_the_core_modules_import_no_trio():
+    """Time and I/O come from broker/runtime.py; the core is plain classes fed events and time."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "broker"
+    offenders = []
+    for name in CORE_MODULES:
+        tree = ast.parse((root / f"{name}.py").read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{name}.py: {n}" for n in names if n == "trio" or n.startswith("trio.")]
+    assert offenders == []
+
+
+def test_expiry_is_driven_by_tick_and_next_deadline(tmp_path):
+    now = [1_000_000]
+    b = make_broker(tmp_path, clock=lambda: now[0])
+    h = RouterHarness(router=b)
+    p = h.connect()
+    snd = p.sender("orders")
+    h.pump()
+    assert b.next_deadline() is None
+    p.send(snd, Message(body="brief", ttl=2.0))
+    p.send(snd, Message(body="stays"))
+    h.pump()
+    assert b.next_deadline() == now[0] + 2000
+    assert b.tick(now[0] + 1999) == 0 and b.queues["orders"].message_count == 2
+    assert b.tick(now[0] + 2000) == 1  # no expiry-address configured: dropped and counted
+    assert b.queues["orders"].message_count == 1 and b.messages_dropped == 1
+    assert b.next_deadline() is None
+
+
+def test_redelivery_delay_ends_at_the_tick_that_reaches_it(tmp_path):
+    now = [1_000_000]
+    b = make_broker(tmp_path, clock=lambda: now[0])
+    b.create_queue("slow.q")
+    h = RouterHarness(router=b)
+    p, c = h.connect(), h.connect()
+    snd = p.sender("slow.q")
+    rcv = c.receiver("slow.q", credit=10)
+    h.pump()
+    p.send(snd, body="again")
+    h.pump()
+    [got] = c.received(rcv, clear=True)
+    settle(got.delivery, MODIFIED, failed=True)
+    h.pump()
+    assert b.next_deadline() == now[0] + 500
+    b.tick(now[0] + 499)
+    h.pump()
+    assert c.received(rcv) == []
+    b.tick(now[0] + 500)
+    h.pump()
+    assert [r.body for r in c.received(rcv)] == ["again"]
+
+
+def test_a_durable_message_is_accepted_when_the_journal_reports_its_record_on_disk(tmp_path):
+    from tests.unit.enginepair import outcome
+
+    b = make_broker(tmp_path, persist=True)
+    h = RouterHarness(router=b)
+    p = h.connect()
+    snd = p.sender("orders")
+    h.pump()
+    first = p.send(snd, Message(body="one", durable=True))
+    second = p.send(snd, Message(body="two", durable=True))
+    h.pump()
+    assert [outcome(d)["state"] for d in (first, second)] == ["none", "none"]  # waits for the disk
+    b.journal.sync()
+    durable = b.journal.durable_id
+    b.durable_up_to(durable - 1)  # the committer's report covers only the first record
+    h.pump()
+    assert [outcome(d)["state"] for d in (first, second)] == ["accepted", "none"]
+    b.durable_up_to(durable)
+    h.pump()
+    assert [outcome(d)["state"] for d in (first, second)] == ["accepted", "accepted"]
+    b.close_journal()
+
+
+async def test_the_runtime_timer_wakes_for_a_deadline_that_appears_while_it_sleeps(tmp_path, autojump_clock):
+    import trio
+
+    from broker.runtime import BrokerRuntime
+
+    b = make_broker(tmp_path, clock=lambda: int(trio.current_time() * 1000))
+    h = RouterHarness(router=b)
+    p = h.connect()
+    snd = p.sender("orders")
+    h.pump()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(BrokerRuntime(b).timer_loop)
+        await trio.sleep(5)  # asleep with no deadline at all
+        p.send(snd, Message(body="brief", ttl=1.0))
+        h.pump()
+        assert b.queues["orders"].message_count == 1
+        await trio.sleep(1.01)
+        assert b.queues["orders"].message_count == 0 and b.messages_dropped == 1
+        nursery.cancel_scope.cancel()
