@@ -129,6 +129,9 @@ class DeliveryPath:
         self.store(bl, d, payload)
 
     def on_partial(self, engine, bl: BrokerLink, d, held: int) -> int:
+        a = bl.arriving
+        if a is not None and a.delivery == d and held <= a.cap and held < a.next_check:
+            return assembly.KEEP  # once per frame: no check due (see Admission.arriving)
         condition, why = self.admission.arriving(bl, d, held, lambda: _first_bytes(engine, d))
         if condition is None:
             return assembly.KEEP
