@@ -255,6 +255,30 @@ class Broker(ConnectionHandler):
         """Bind a link to a queue: credit for a receiving link, a consumer for a sending one."""
         return self.delivery.attach(engine, link, q, incoming=incoming, name=name, presettled=presettled)
 
+    def on_delivery(self, engine, d) -> None:
+        """A delivery on a link nobody owns in wire. The broker's own among them are links it detached
+        when their queue was deleted (still in ``engine.app.links`` until the peer's detach): what was
+        in flight on them is released, so that the sender may try elsewhere."""
+        bc = engine.app
+        bl = bc.links.get(raw.delivery_link(d)) if bc is not None else None
+        if bl is None or not bl.closed:
+            return
+        if not bl.incoming:
+            if raw.delivery_settled(d):
+                raw.delivery_settle(d)
+            return
+        if not raw.delivery_readable(d):
+            return
+        raw.recv_all(bl.ptr)  # its bytes are not kept
+        aborted = raw.delivery_aborted(d)
+        if raw.delivery_partial(d) and not aborted:
+            return
+        raw.link_advance(bl.ptr)
+        if not aborted:
+            raw.delivery_update(d, raw.RELEASED)
+        raw.delivery_settle(d)
+        engine.wake()
+
     def on_link_opened(self, engine, link) -> None:
         bl = engine.app.links.get(link)
         if bl is not None and bl.queue is not None:

@@ -533,3 +533,22 @@ async def test_the_runtime_timer_wakes_for_a_deadline_that_appears_while_it_slee
         await trio.sleep(1.01)
         assert b.queues["orders"].message_count == 0 and b.messages_dropped == 1
         nursery.cancel_scope.cancel()
+
+
+def test_messages_in_flight_to_a_deleted_queue_are_released(harness):
+    """The broker detached the link (and wire no longer routes it to the data path): what the sender had
+    already sent, one frame or many, is released so that it may try elsewhere."""
+    from tests.unit.enginepair import outcome
+
+    b = harness.router
+    b.create_queue("work")
+    p = harness.connect()
+    snd = p.sender("work")
+    harness.pump()
+    small = p.send(snd, Message(body="in flight"))
+    large = p.send(snd, Message(body=b"x" * 100_000))  # several transfer frames
+    b.delete_queue("work")
+    harness.pump()
+    assert snd.remote_condition is not None and snd.remote_condition.name == "amqp:resource-deleted"
+    assert [outcome(d)["state"] for d in (small, large)] == ["released", "released"]
+    assert b.messages_arriving() == 0
