@@ -94,8 +94,9 @@ class Admission:
         they arrive and it is rejected when its last frame comes (one outcome, as for any message), the
         link kept (the reason is kept in ``bl.arriving.refused``)."""
         a = bl.arriving
-        if a is None or a.delivery != d:
+        if a is None or a.delivery != d or held <= a.held:  # a new delivery (see broker.links.Arriving)
             a = bl.arriving = Arriving(d, _durable_header(first_chunk()))
+        a.held = held
         if held > a.cap or held >= a.next_check:
             condition, why = self.check_arriving(bl, a, held)
             if condition == RESOURCE_LIMIT_EXCEEDED:

@@ -130,7 +130,8 @@ class DeliveryPath:
 
     def on_partial(self, engine, bl: BrokerLink, d, held: int) -> int:
         a = bl.arriving
-        if a is not None and a.delivery == d and held <= a.cap and held < a.next_check:
+        if a is not None and a.delivery == d and a.held < held <= a.cap and held < a.next_check:
+            a.held = held
             return assembly.KEEP  # once per frame: no check due (see Admission.arriving)
         condition, why = self.admission.arriving(bl, d, held, lambda: _first_bytes(engine, d))
         if condition is None:

@@ -14,14 +14,16 @@ from wire.connection import EngineConnection
 class Arriving:
     """Admission's view of the one multi-frame message in progress on an incoming link (a link carries the
     transfer frames of one delivery at a time, AMQP 1.0 §2.7.5 ``more``: a new delivery starts once the
-    previous one is complete or aborted): whether its header says durable, the size it may grow to before it is refused
+    previous one is complete or aborted; wire drops an aborted one without telling the owner, so a new
+    delivery is recognised by its pointer or by its byte count not growing): whether its header says durable, the size it may grow to before it is refused
     (``cap``), the size at which admission looks at it again, and why it was refused, if it was (its
     remaining bytes are then dropped by wire as they arrive)."""
 
-    __slots__ = ("delivery", "durable", "cap", "next_check", "refused")
+    __slots__ = ("delivery", "held", "durable", "cap", "next_check", "refused")
 
     def __init__(self, delivery, durable: bool):
         self.delivery = delivery
+        self.held = 0          # bytes arrived at the last look (they only grow within one delivery)
         self.durable = durable
         self.cap = -1          # set by the first check (which runs at once)
         self.next_check = 0
