@@ -552,3 +552,24 @@ def test_messages_in_flight_to_a_deleted_queue_are_released(harness):
     assert snd.remote_condition is not None and snd.remote_condition.name == "amqp:resource-deleted"
     assert [outcome(d)["state"] for d in (small, large)] == ["released", "released"]
     assert b.messages_arriving() == 0
+
+
+def test_an_aborted_multi_frame_delivery_leaves_nothing_and_the_link_goes_on(harness):
+    """Aborted deliveries are wire's (AMQP 1.0 §2.7.5 aborted): the broker stores nothing of it, holds
+    nothing, and the next message on the link is stored as usual."""
+    from tests.unit.enginepair import outcome
+
+    b = harness.router
+    p = harness.connect()
+    snd = p.sender("orders")
+    harness.pump()
+    d = snd.delivery(p.next_tag())
+    snd.send(Message(body=b"a" * 60_000).encode()[:40_000])  # part of it: more frames would follow
+    harness.pump()
+    assert b.messages_arriving() == 1
+    d.abort()
+    harness.pump()
+    assert b.messages_arriving() == 0 and b.queues["orders"].message_count == 0
+    after = p.send(snd, Message(body="next"))
+    harness.pump()
+    assert outcome(after)["state"] == "accepted" and b.queues["orders"].message_count == 1
