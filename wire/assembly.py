@@ -194,26 +194,6 @@ class MessageAssembler:
         del self.partials[d]
         self._unhold(p)
 
-    # Transitional (issue 11): the router's own assembly calls, until it owns its links through the engine.
-    def feed(self, key, owner, chunk: bytes, now: float, max_size: int = 0) -> bool:
-        p = self.partials.get(key)
-        if p is None:
-            p = self.partials[key] = Partial(owner)
-        p.chunks.append(chunk)
-        p.size += len(chunk)
-        p.held += len(chunk)
-        p.last_progress = now
-        self.total += len(chunk)
-        return bool(max_size) and p.size > max_size
-
-    def finish(self, key, last: bytes) -> bytes:
-        p = self.partials.get(key)
-        if p is None:
-            return last
-        self._release(key, p)
-        p.chunks.append(last)
-        return b"".join(p.chunks)
-
     def size_of(self, key) -> int:
         """Bytes arrived so far of a delivery in progress (0 when none)."""
         p = self.partials.get(key)
