@@ -92,7 +92,7 @@ class RouterControl:
                     return rl
         return None
 
-    def close_link(self, rl: RouterLink, description: str, condition: str = LINK_FORCED) -> None:
+    def close_link(self, rl: RouterLink, description: str, *, condition: str = LINK_FORCED) -> None:
         """Take ``rl`` out of routing and detach it; its deliveries go back to their producers."""
         log.info("management: closing link %s (%s)", rl.name, description)
         self.router.close_link(rl, condition, description)
@@ -101,7 +101,7 @@ class RouterControl:
         """The connection whose management identity (its engine id) is ``identity``."""
         return next((rc for rc in self.router.connections if str(rc.engine.id) == identity), None)
 
-    def close_connection(self, rc: RouterConnection, description: str,
+    def close_connection(self, rc: RouterConnection, description: str, *,
                          condition: str = CONNECTION_FORCED) -> None:
         """Close ``rc`` towards its peer; the router forgets it when the engine reports the close."""
         log.info("management: closing connection %d (%s)", rc.engine.id, description)
