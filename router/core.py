@@ -34,7 +34,7 @@ from wire import raw
 from wire.assembly import MessageAssembler
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from wire.memory import HeapTrimmer
-from wire.terminus import capabilities
+from wire.terminus import waypoint_ordinal
 from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser, AddressTable
 from router.autolinks import AutoLinkManager
 from router.control import RouterControl
@@ -57,26 +57,9 @@ PRODUCT = "trio-dispatch"
 VERSION = "0.1.0"
 
 
-WAYPOINT_CAPABILITY = "qd.waypoint"
-# Dispatch accepts qd.waypoint.1 .. qd.waypoint.9 (phases 0..9).
-MAX_WAYPOINT_ORDINAL = 9
-
 # Key classes of link routes (Qpid Dispatch 1.19 src/iterator.c): C/D prefix, E/F pattern, in/out. The
 # routing engine reports them with mobile addresses; they go to the link router, not the address table.
 LINK_ROUTE_KEY_CLASSES = frozenset("CDEF")
-
-
-def waypoint_ordinal(terminus) -> int | None:
-    """N from a ``qd.waypoint`` (= 1) or ``qd.waypoint.N`` capability, given as a single symbol or an
-    array of symbols (DISPATCH-1430: Artemis sends an array); None when the terminus has none."""
-    for sym in capabilities(terminus.capabilities):
-        if sym == WAYPOINT_CAPABILITY:
-            return 1
-        if sym.startswith(WAYPOINT_CAPABILITY + "."):
-            suffix = sym[len(WAYPOINT_CAPABILITY) + 1:]
-            if suffix.isdigit() and 1 <= int(suffix) <= MAX_WAYPOINT_ORDINAL:
-                return int(suffix)
-    return None
 
 
 # Link counter attribute -> management name, summed over closed links (router entity totals).

@@ -29,7 +29,7 @@ import logging
 from typing import Callable, Protocol
 
 from wire import raw
-from wire.annotations import strip_router_annotations
+from wire.annotations import ROUTER_PREFIX, strip_router_annotations
 from wire.assembly import KEEP
 from wire.codec import CodecError, message_to
 from router.addresses import CLOSEST, MULTICAST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
@@ -46,7 +46,6 @@ MODIFIED = raw.MODIFIED
 # Multicast merge order (Dispatch: rejected > accepted > modified > released).
 OUTCOME_PRIORITY = {RELEASED: 1, MODIFIED: 2, ACCEPTED: 3, REJECTED: 4}
 
-ROUTER_ANNOTATION_MARK = b"x-opt-qd."
 
 _delivery_settle = raw.delivery_settle
 _delivery_update = raw.delivery_update
@@ -173,7 +172,7 @@ class Forwarder:
             return
         # Sections come in order, so when the first one is properties (0x73) or later there is no
         # message-annotations section to look into; only then is the byte scan skipped.
-        if msg[2:3] < b"\x73" and ROUTER_ANNOTATION_MARK in msg:
+        if msg[2:3] < b"\x73" and ROUTER_PREFIX in msg:
             # Router annotations from a normal connection are not trusted (stripAnnotations both).
             try:
                 ind.msg = strip_router_annotations(msg)

@@ -329,17 +329,16 @@ class LinkRouter:
         if a is None or a.peer is None or not a.open or not a.peer.open:
             return
         sending, receiving = a.ptr, a.peer.ptr  # router sends on `sending`, receives on `receiving`
-        lib = raw.lib
         want = raw.link_credit(sending) - raw.link_credit(receiving) - raw.link_queued(sending)
         if not raw.link_get_drain(sending):
             if want > 0:
                 raw.link_flow(receiving, want)
         else:
             if not raw.link_get_drain(receiving) and raw.link_credit(receiving) + max(want, 0) > 0:
-                lib.pn_link_drain(receiving, max(want, 0))  # top up, then ask the origin to drain it all
+                raw.link_drain(receiving, max(want, 0))  # top up, then ask the origin to drain it all
             if raw.link_credit(receiving) == 0 and not raw.link_queued(sending):
                 raw.link_drained(sending)  # the origin has nothing more: tell the final receiver
-                lib.pn_link_set_drain(receiving, False)
+                raw.link_set_drain(receiving, False)
         a.rc.engine.wake()
         a.peer.rc.engine.wake()
 

@@ -22,3 +22,23 @@ def capabilities(data) -> list[str]:
         return []
     items = value.elements if isinstance(value, proton.Array) else value if isinstance(value, (list, tuple)) else [value]
     return [str(v) for v in items if isinstance(v, str)]
+
+
+# Qpid Dispatch's waypoint capability: a container that declares ``qd.waypoint`` (= 1) or ``qd.waypoint.N``
+# on the terminus naming a node consumes phase N-1 and produces phase N of that address (Dispatch accepts
+# N = 1..9, phases 0..9; DISPATCH-1430). Artemis' broker connections declare it on their links.
+WAYPOINT_CAPABILITY = "qd.waypoint"
+MAX_WAYPOINT_ORDINAL = 9
+
+
+def waypoint_ordinal(terminus) -> int | None:
+    """N from a ``qd.waypoint`` (= 1) or ``qd.waypoint.N`` capability of a terminus, given as a single
+    symbol or an array of symbols; None when the terminus has none."""
+    for sym in capabilities(terminus.capabilities):
+        if sym == WAYPOINT_CAPABILITY:
+            return 1
+        if sym.startswith(WAYPOINT_CAPABILITY + "."):
+            suffix = sym[len(WAYPOINT_CAPABILITY) + 1:]
+            if suffix.isdigit() and 1 <= int(suffix) <= MAX_WAYPOINT_ORDINAL:
+                return int(suffix)
+    return None

@@ -12,7 +12,7 @@ import proton
 import pytest
 from proton import Data, symbol
 
-from router.core import waypoint_ordinal
+from wire.terminus import waypoint_ordinal
 from tests.unit.enginepair import ACCEPTED, AddressEntity, RouterHarness, settle
 
 
