@@ -425,5 +425,4 @@ class DeliveryPath:
 
 def _first_bytes(engine, d) -> bytes | None:
     """The first bytes wire holds of delivery ``d`` still arriving (its header, for the durable flag)."""
-    p = engine.assembler.partials.get(d)
-    return p.chunks[0] if p is not None and p.chunks else None
+    return engine.assembler.first_bytes(d)

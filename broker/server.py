@@ -148,7 +148,7 @@ class Broker(ConnectionHandler):
 
     def messages_arriving(self) -> int:
         """Multi-frame messages wire still assembles for this broker's connections."""
-        return sum(len(bc.engine.assembler.partials) for bc in self.connections)
+        return sum(len(bc.engine.assembler) for bc in self.connections)
 
     def queue_changed(self, q: Queue) -> None:
         """``q`` has messages to hand out (dispatched at the end of the batch)."""

@@ -194,6 +194,15 @@ class MessageAssembler:
         del self.partials[d]
         self._unhold(p)
 
+    def __len__(self) -> int:
+        """How many deliveries are in progress."""
+        return len(self.partials)
+
+    def first_bytes(self, key) -> bytes | None:
+        """The first chunk kept of a delivery in progress (a message's header comes first), or None."""
+        p = self.partials.get(key)
+        return p.chunks[0] if p is not None and p.chunks else None
+
     def size_of(self, key) -> int:
         """Bytes arrived so far of a delivery in progress (0 when none)."""
         p = self.partials.get(key)

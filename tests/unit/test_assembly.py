@@ -214,3 +214,18 @@ def test_sizes_around_frame_boundaries(size):
     peer.send(snd, msg)
     pump(pipe)
     assert app.messages == [msg]
+
+
+def test_first_bytes_and_count_of_deliveries_in_progress():
+    app = App()
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    assert len(app.assembler) == 0 and app.assembler.first_bytes(b"none") is None
+    snd.delivery(b"half")
+    msg = payload(5000)
+    snd.send(msg[:3000])
+    pump(pipe)
+    [d] = app.assembler.partials
+    assert len(app.assembler) == 1
+    assert msg.startswith(app.assembler.first_bytes(d))
