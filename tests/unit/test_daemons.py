@@ -3,6 +3,8 @@ tests read them, and real daemons started, refused and stopped through it."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tools import daemons
@@ -61,7 +63,7 @@ def test_command_runs_the_module_with_this_interpreter(tmp_path):
     assert daemons.daemon_command(ROUTER, tmp_path / "r.conf") == \
         [sys.executable, "-m", "router.daemon", "-c", str(tmp_path / "r.conf")]
     assert daemons.daemon_command("tdbroker", "b.xml")[2] == "broker.daemon"
-    assert daemons.daemon_env()["PYTHONPATH"].split(":")[0] == str(daemons.PACKAGE_ROOT)
+    assert daemons.daemon_env()["PYTHONPATH"].split(os.pathsep)[0] == str(daemons.PACKAGE_ROOT)
 
 
 @pytest.mark.system
