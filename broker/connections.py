@@ -33,13 +33,13 @@ import proton
 
 from broker.config import BrokerConnection, BrokerConnectionElement, artemis_match
 from wire import raw
+from wire.terminus import WAYPOINT_CAPABILITY
 
 if TYPE_CHECKING:
     from broker.server import Broker
 
 log = logging.getLogger("broker.connections")
 
-WAYPOINT_CAPABILITY = "qd.waypoint"
 LINK_KINDS = ("peer", "sender", "receiver")
 STOPPED, CONNECTING, CONNECTED, FAILED = "stopped", "connecting", "connected", "failed"
 

@@ -15,7 +15,7 @@ from proton import Message
 
 from tests.system.clients import Consumer, Producer
 from tests.system.harness import free_port
-from tests.system.test_brokered import BrokerProcess
+from tests.system.test_brokered import BrokerProcess, wait_queue_empty
 
 pytestmark = pytest.mark.system
 
@@ -181,6 +181,9 @@ def test_link_routed_consumer_reattaches_after_broker_restart(router_factory, td
     try:
         send_all(router.url, "test.orders", list(range(10)))
         consumer.wait(TIMEOUT, count=10)
+        # The consumer's accepts travel back through the router: stopping the broker before they arrive
+        # would have it deliver some of the ten again after the restart.
+        wait_queue_empty(broker, "test.orders")
         assert broker.stop() == 0
         consumer.wait_for(lambda: any(c == "qd:routed-link-lost" for c, _ in consumer.link_errors),
                           TIMEOUT, "the routed link to be lost")
