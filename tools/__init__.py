@@ -1,1 +1,3 @@
-"""Operator and developer tools shipped with trio-dispatch (tdbench)."""
+"""Operator and developer tools shipped with trio-dispatch: tdbench, tddemo, tdstat, tdmanage, tdflow, and the
+process helpers they and the system tests share (daemons.py: tdrouterd/tdbroker subprocesses; rabbitmq.py:
+a private RabbitMQ node)."""
