@@ -237,7 +237,7 @@ class Sender:
     def __init__(self, obj, engine: EngineConnection, run: LoadRun, count: int, window: int,
                  template: MessageTemplate):
         self.obj = obj  # keep the object-API wrapper alive for the link's life
-        self.ptr = obj._impl
+        self.ptr = raw.pointer(obj)
         self.engine = engine
         self.run = run
         self.remaining = count

@@ -52,7 +52,7 @@ def attach_receiver(engine: EngineConnection, name: str, address: str, presettle
     # The settle mode we ask for is what the router's outgoing link uses.
     rcv.snd_settle_mode = proton.Link.SND_SETTLED if presettled else proton.Link.SND_UNSETTLED
     rcv.open()
-    raw.link_flow(rcv._impl, credit)
+    raw.link_flow(raw.pointer(rcv), credit)
     return rcv
 
 
@@ -156,14 +156,14 @@ async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, me
             for i in range(receivers):
                 e = await conns.open(rx_host or host, rx_port or port, handler, f"tdbench-{pid}-rx{i}", nursery)
                 rcv = attach_receiver(e, f"tdbench-rx{i}", source_address or address, presettled, RECEIVER_CREDIT)
-                handler.rx[rcv._impl] = Receiver(rcv._impl, rcv, RECEIVER_CREDIT_BATCH, address)
+                handler.rx[raw.pointer(rcv)] = Receiver(raw.pointer(rcv), rcv, RECEIVER_CREDIT_BATCH, address)
                 e.wake()
             for i, count in enumerate(split(messages, senders)):
                 e = await conns.open(host, port, handler, f"tdbench-{pid}-tx{i}", nursery)
                 snd = attach_sender(e, f"tdbench-tx{i}", address, presettled)
                 template = MessageTemplate(size, durable=durable,
                                            id_prefix=f"tdbench-{pid}-{i}-" if records else None)
-                sender = handler.tx[snd._impl] = Sender(snd, e, run, count, window, template)
+                sender = handler.tx[raw.pointer(snd)] = Sender(snd, e, run, count, window, template)
                 sender.address = address
                 e.wake()
         except OSError as exc:
@@ -205,7 +205,7 @@ async def run_direct(*, senders: int, messages: int, size: int, presettled: bool
             for i, count in enumerate(split(messages, senders)):
                 e = await conns.open("127.0.0.1", port, client_handler, f"tdbench-{os.getpid()}-dtx{i}", nursery)
                 snd = attach_sender(e, f"tdbench-tx{i}", address, presettled)
-                client_handler.tx[snd._impl] = Sender(snd, e, run, count, window, template)
+                client_handler.tx[raw.pointer(snd)] = Sender(snd, e, run, count, window, template)
                 e.wake()
         except OSError as exc:
             run.errors.append(f"cannot connect to the receiving end on 127.0.0.1:{port}: {exc}")

@@ -115,11 +115,10 @@ def transport_condition_name(engine) -> str | None:
     """The transport's error condition name, whatever bytes proton put in its description."""
     from wire import raw
 
-    cond = raw.lib.pn_transport_condition(engine.transport._impl)
-    if not raw.lib.pn_condition_is_set(cond):
+    name, description = raw.transport_condition(raw.pointer(engine.transport))
+    if name is None and description is None:
         return None
-    name = raw.lib.pn_condition_get_name(cond)
-    return raw.ffi.string(name).decode("utf-8", "backslashreplace") if name else "?"
+    return name or "?"
 
 
 class FramesTarget:
