@@ -19,7 +19,7 @@ import proton
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.unit.test_management_malformed import REPLY_TO, broker_agent, router_agent
+from tests.unit.wire.fixtures import REPLY_TO, broker_agent, router_agent
 from wire import management as wm
 
 #: Examples per agent: about ten seconds for both on a busy two-core machine.

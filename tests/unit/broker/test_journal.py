@@ -23,8 +23,8 @@ from broker.journal import (
     JournalFormatError, JournalLockedError, StoredMessage,
 )
 from broker.journal_io import T_MESSAGE, decode, encode_header, scan_records
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
+from tests.unit.broker.fixtures import FullDisk
 
 
 def opened(directory, **kw) -> tuple[Journal, list[StoredMessage]]:
@@ -556,27 +556,6 @@ async def test_group_committer_reports_a_failed_fsync_to_every_waiter(tmp_path, 
 
 
 # ---- out of space (issue 10: the broker exited on ENOSPC) -------------------------------------------
-
-class FullDisk:
-    """An injectable journal writer: while ``full``, every write puts half its bytes down and then fails
-    with ENOSPC (or EDQUOT), as a file system that runs out mid-write does."""
-
-    def __init__(self, errno_=None):
-        import errno
-
-        self.full = False
-        self.errno = errno_ or errno.ENOSPC
-        self.failures = 0
-
-    def __call__(self, fd, data):
-        if self.full:
-            os.write(fd, bytes(data[:len(data) // 2]))
-            self.failures += 1
-            raise OSError(self.errno, os.strerror(self.errno))
-        from broker.journal_io import write_all
-
-        write_all(fd, data)
-
 
 @pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT"])
 def test_out_of_space_is_undone_and_the_records_wait_for_space(tmp_path, code):

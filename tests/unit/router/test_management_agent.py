@@ -298,8 +298,8 @@ def test_pattern_link_route_created_by_management_routes_across_the_mesh(created
     was refused with qd:no-route-to-dest."""
     from router.core import Router
     from tests.unit.meshpair import FAST_TIMERS, MeshHarness
-    from tests.unit.test_autolinks import AutoLinkEntity as Entity
-    from tests.unit.test_linkroutes import broker_answers
+    from tests.unit.router.fixtures import AutoLinkEntity as Entity
+    from tests.unit.router.fixtures import broker_answers
 
     route = {"pattern": "orders.*.eu", "direction": "in", "connection": "broker"}
     managed = "A" if created_on == "client's router" else "C"

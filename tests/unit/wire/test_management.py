@@ -17,43 +17,13 @@ import pytest
 from broker.config import parse_broker_config
 from broker.management import BrokerManagement
 from broker.server import Broker
-from router.config import parse_config
 from router.core import Router
 from router.daemon import attach_agent
 from router.management import ManagementAgent
 from tests.unit.enginepair import RouterHarness
+from tests.unit.wire.fixtures import BROKER_XML, REPLY_TO, broker_agent, router_agent
 from wire import management as wm
 from wire.codec import encode_value
-
-ROUTER_CONF = """
-router {
-    id: R1
-}
-address {
-    prefix: multi
-    distribution: multicast
-}
-"""
-BROKER_XML = """\
-<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
-  <name>b1</name>
-  <persistence-enabled>false</persistence-enabled>
-  <addresses><address name="orders"><anycast><queue name="orders"/></anycast></address></addresses>
-</core></configuration>
-"""
-REPLY_TO = "reply-here"
-
-
-def router_agent() -> ManagementAgent:
-    cfg = parse_config(ROUTER_CONF)
-    return ManagementAgent(Router("R1", address_entities=cfg.addresses), config=cfg)
-
-
-def broker_agent() -> BrokerManagement:
-    broker = Broker(parse_broker_config(BROKER_XML))
-    broker.open_journal()
-    return BrokerManagement(broker)
-
 
 @pytest.fixture(params=["router", "broker"])
 def agent(request):

@@ -8,40 +8,13 @@ import proton
 import pytest
 from proton import Message
 
-from broker.config import parse_broker_config
 from broker.connections import BridgeControl
 from broker.journal import Journal
 from broker.runtime import BridgeTask
-from broker.server import Broker
 from wire.terminus import capabilities as _symbols
+from tests.paths import REPO
+from tests.unit.broker.fixtures import make_broker
 from tests.unit.enginepair import MODIFIED, Peer, Pipe, RouterHarness, pump, settle
-
-BROKER_XML = """\
-<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
-  <name>b1</name>
-  <persistence-enabled>{persist}</persistence-enabled>
-  <journal-directory>{journal}</journal-directory>
-  <addresses>
-    <address name="orders"><anycast><queue name="orders"/></anycast></address>
-    <address name="news"><multicast/></address>
-    <address name="DLQ"><anycast><queue name="DLQ"/></anycast></address>
-  </addresses>
-  <address-settings>
-    <address-setting match="#"><dead-letter-address>DLQ</dead-letter-address>
-      <max-delivery-attempts>3</max-delivery-attempts></address-setting>
-    <address-setting match="slow.#"><redelivery-delay>500</redelivery-delay></address-setting>
-    <address-setting match="short.#"><expiry-delay>1000</expiry-delay></address-setting>
-  </address-settings>
-  {connections}
-</core></configuration>
-"""
-
-
-def make_broker(tmp_path, *, persist=False, connections="", clock=None) -> Broker:
-    text = BROKER_XML.format(persist=str(persist).lower(), journal=tmp_path / "journal", connections=connections)
-    b = Broker(parse_broker_config(text), clock=clock)
-    b.open_journal()
-    return b
 
 
 @pytest.fixture
@@ -437,9 +410,8 @@ CORE_MODULES = ("server", "addressing", "queue", "delivery", "admission", "stora
 def test_the_core_modules_import_no_trio():
     """Time and I/O come from broker/runtime.py; the core is plain classes fed events and time."""
     import ast
-    import pathlib
 
-    root = pathlib.Path(__file__).resolve().parents[2] / "broker"
+    root = REPO / "broker"
     offenders = []
     for name in CORE_MODULES:
         tree = ast.parse((root / f"{name}.py").read_text(encoding="utf-8"))

@@ -21,7 +21,7 @@ from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnect
 from wire.driver import ConnectionLimit, backing_off, serve_listener
 from wire.logformat import OneLineFormatter
 from tests.unit.enginepair import Peer
-from tests.unit.test_driver import tcp_peer, TcpPeer
+from tests.unit.wire.fixtures import tcp_peer, TcpPeer
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
 MARKER = "MARKERMARKER"  # replaced in the encoded OPEN by bytes that are not UTF-8, same length

@@ -19,6 +19,7 @@ from router.core import Router
 from wire.connection import ConnectionSettings, EngineConnection
 from wire.driver import Backoff, run_connection, run_connector, serve_listener
 from tests.unit.enginepair import ACCEPTED, ConsumerHandler, Peer, outcome, settle
+from tests.unit.wire.fixtures import tcp_peer
 
 # -- Backoff ---------------------------------------------------------------------------------------------
 
@@ -113,63 +114,7 @@ async def test_run_connector_retries_for_ever_with_capped_delay(autojump_clock, 
     assert set(gaps[4:]) == {10}
 
 
-# -- real loopback TCP: a Peer client driven over a trio socket ---------------------------------------------
-
-class TcpPeer:
-    """A proton object-API Peer (tests/unit/enginepair.py) attached to a trio socket stream."""
-
-    def __init__(self, stream: trio.SocketStream, peer: Peer | None = None):
-        self.stream = stream
-        self.peer = peer or Peer()
-        self.eof = trio.Event()
-        self.changed = trio.Event()
-
-    async def reader(self) -> None:
-        try:
-            while True:
-                data = await self.stream.receive_some(65536)
-                if not data:
-                    break
-                self.peer.feed(data)
-                self._poke()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        self.peer.feed_eof()
-        self.eof.set()
-        self._poke()
-
-    def _poke(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
-
-    async def flush(self) -> None:
-        while True:
-            out = self.peer.take_output()
-            if not out:
-                return
-            try:
-                await self.stream.send_all(out)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-
-    async def until(self, cond, timeout: float = 10.0) -> None:
-        """Flush our output and wait for incoming bytes until cond() holds."""
-        with trio.fail_after(timeout):
-            while True:
-                await self.flush()
-                if cond():
-                    return
-                with trio.move_on_after(0.05):
-                    await self.changed.wait()
-
-
-async def tcp_peer(nursery, port: int, peer: Peer | None = None) -> TcpPeer:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    tp = TcpPeer(stream, peer)
-    nursery.start_soon(tp.reader)
-    await tp.until(lambda: tp.peer.connection.state & Endpoint.REMOTE_ACTIVE)
-    return tp
-
+# -- real loopback TCP: a Peer client driven over a trio socket (tests/unit/wire/fixtures.py) ---------------
 
 async def start_router(nursery, router: Router | None = None, **settings_kw):
     router = router or Router("RT")

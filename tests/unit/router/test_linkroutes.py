@@ -9,36 +9,13 @@ from proton import Endpoint
 
 from router.linkroutes import NO_ROUTE, ROUTED_LINK_LOST
 from tests.unit.enginepair import ACCEPTED, REJECTED, RouterHarness, settle
-from tests.unit.test_autolinks import AutoLinkEntity as Entity, open_sessions
+from tests.unit.router.fixtures import AutoLinkEntity as Entity, broker_answers
 
 
 def harness(**route):
     route.setdefault("prefix", "test")
     route.setdefault("connection", "broker")
     return RouterHarness(link_route_entities=[Entity(direction="in", **route), Entity(direction="out", **route)])
-
-
-def broker_answers(broker, *, refuse: str | None = None) -> list:
-    """The container opens (or refuses) the links the router attached, mirroring the termini."""
-    open_sessions(broker)
-    links = []
-    link = broker.connection.link_head(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
-    while link:
-        nxt = link.next(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
-        if refuse:
-            link.condition = proton.Condition(refuse, "refused by the broker")
-            link.open()
-            link.close()
-        else:
-            link.source.copy(link.remote_source)
-            link.target.copy(link.remote_target)
-            link.open()
-            broker.links[link.name] = link
-            if link.is_receiver:
-                broker._track(link)
-        links.append(link)
-        link = nxt
-    return links
 
 
 def test_client_sender_is_proxied_with_tags_outcomes_and_credit():

@@ -3,14 +3,13 @@ routers they name, with unique ids and ports."""
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from router.config import load_config
 from router.daemon import check_config
+from tests.paths import REPO
 
-MESH = pathlib.Path(__file__).resolve().parents[2] / "conf" / "mesh"
+MESH = REPO / "conf" / "mesh"
 TOPOLOGIES = {
     "line": ["line-A", "line-B", "line-C"],
     "triangle": ["triangle-A", "triangle-B", "triangle-C"],

@@ -253,8 +253,8 @@ def test_no_route_is_released():
 def test_link_route_to_a_container_on_another_router():
     from proton import Endpoint
 
-    from tests.unit.test_autolinks import AutoLinkEntity as Entity
-    from tests.unit.test_linkroutes import broker_answers
+    from tests.unit.router.fixtures import AutoLinkEntity as Entity
+    from tests.unit.router.fixtures import broker_answers
 
     routes = [Entity(direction="in", prefix="test", connection="broker"),
               Entity(direction="out", prefix="test", connection="broker")]
@@ -283,7 +283,7 @@ def test_link_route_to_a_container_on_another_router():
 
 
 def test_link_route_without_a_container_anywhere_is_refused():
-    from tests.unit.test_autolinks import AutoLinkEntity as Entity
+    from tests.unit.router.fixtures import AutoLinkEntity as Entity
 
     routes = [Entity(direction="in", prefix="test", connection="broker")]
     h = MeshHarness("A", "B", link_route_entities=routes)

@@ -9,7 +9,7 @@ import pytest
 from wire.amqptypes import CodecError
 from wire.validate import validate_message
 from tests.unit.enginepair import RouterHarness, outcome
-from tests.unit.test_broker_server import make_broker
+from tests.unit.broker.fixtures import make_broker
 
 VALUE_X = b"\x00Sw\xa1\x01x"  # amqp-value "x"
 

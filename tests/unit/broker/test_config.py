@@ -1,6 +1,5 @@
 """broker.config: the broker.xml (Artemis vocabulary) parser, wildcard matcher and settings merge."""
 
-import pathlib
 import textwrap
 
 import pytest
@@ -14,8 +13,8 @@ from broker.config import (
     match_specificity_cmp,
     parse_broker_config,
 )
+from tests.paths import REPO
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 PATH = "etc/broker.xml"
 
 HEAD = """\

@@ -8,19 +8,7 @@ from proton import Endpoint
 
 from router.autolinks import ACTIVE, ATTACHING, FAILED, INACTIVE, RETRY_FIRST_SECONDS, RETRY_SECONDS
 from tests.unit.enginepair import ACCEPTED, AddressEntity, RouterHarness, settle
-
-
-class AutoLinkEntity(dict):
-    def get(self, key, default=None):
-        return dict.get(self, key, default)
-
-
-def open_sessions(peer) -> None:
-    """The container begins the sessions the router began (the router's auto-links share one)."""
-    ssn = peer.connection.session_head(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
-    while ssn:
-        ssn.open()
-        ssn = ssn.next(Endpoint.LOCAL_UNINIT | Endpoint.REMOTE_ACTIVE)
+from tests.unit.router.fixtures import AutoLinkEntity, open_sessions
 
 
 def answer_attaches(peer) -> list:

@@ -16,7 +16,7 @@ from broker.disk import DiskMonitor
 from broker.runtime import BrokerRuntime
 from broker.server import Broker
 from tests.unit.enginepair import RouterHarness, outcome, settle
-from tests.unit.test_journal import FullDisk
+from tests.unit.broker.fixtures import FullDisk
 
 GB = 1024 ** 3
 XML = """\

@@ -8,13 +8,13 @@ ignored and refused names need to appear (in backticks) in the section that list
 
 from __future__ import annotations
 
-import pathlib
 import re
 
 from broker import config
 from broker import xmlschema as xs
+from tests.paths import REPO
 
-DOC_PATH = pathlib.Path(__file__).resolve().parents[2] / "docs" / "broker-configuration.md"
+DOC_PATH = REPO / "docs" / "broker-configuration.md"
 
 # Child elements that broker/config.py reads inline (not from a table), per section.
 QUEUE_CHILDREN = ("<durable>", "<filter>", "<user>", "<max-consumers>")

@@ -1,14 +1,13 @@
 """router.config: the qdrouterd.conf parser and validator."""
 
-import pathlib
 import textwrap
 
 import pytest
 
 from router import schema
 from router.config import ConfigError, Entity, RouterConfig, load_config, parse_config, validate_entity
+from tests.paths import REPO
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 FULL = """\
 # A full configuration: every section type.
@@ -540,11 +539,9 @@ def test_schema_tables_are_consistent():
 
 def test_every_schema_attribute_is_documented():
     """docs/configuration.md is the reference operators read: it must not drift from the schema."""
-    import pathlib
-
     from router import schema
 
-    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    doc = (REPO / "docs" / "configuration.md").read_text()
     missing = []
     for name in ("router", "listener", "connector", "address", "linkRoute", "autoLink", "log", "flowRecords",
                  "sslProfile", "policy"):
