@@ -1,8 +1,9 @@
 """Durable message journal for tdbroker: append-only segment files, CRC per record, group commit, compaction.
 
 (The on-disk format and the crash-safety rules are written down here, beside the class that must honour
-them; the byte codec, file helpers and group committer live in journal_io.py, compaction in
-journal_compact.py.)
+them, which is why this module runs past 600 lines; the byte codec, file helpers and group committer live
+in journal_io.py, compaction in journal_compact.py: a :class:`broker.journal_compact.Compactor` the journal
+owns.)
 
 On-disk format
 --------------
@@ -34,7 +35,8 @@ bad record followed by more data, any problem in an earlier segment, a wrong mag
 the file and offset. Residual risk, accepted: a flipped bit in a *length* field near the end of the last
 segment that makes the record appear to run past end of file is taken for a torn tail.
 
-Compaction (dropping and rewriting sealed segments) is in :mod:`broker.journal_compact`.
+Compaction (dropping and rewriting sealed segments) is in :mod:`broker.journal_compact`: ``journal.compactor``
+sees the journal through :class:`broker.journal_compact.CompactionHost`, which :class:`Journal` implements.
 
 Threading: a :class:`Journal` belongs to the Trio thread. ``sync()``/``compact()`` block; the async path
 (:mod:`broker.journal_io`) splits them into plan (``begin_*``, Trio thread), I/O (``write_batch`` /
@@ -52,7 +54,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from broker.journal_compact import (  # noqa: F401  (re-exported)
-    COMPACT_DEAD_RATIO, COMPACT_DEAD_SEGMENTS, Compaction, CompactionPlan, CompactionStats, Segment,
+    COMPACT_DEAD_RATIO, COMPACT_DEAD_SEGMENTS, CompactionHost, CompactionPlan, CompactionStats, Compactor,
+    Segment,
 )
 from broker.journal_io import (  # noqa: F401  (errors re-exported: callers import them from here)
     HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
@@ -138,11 +141,13 @@ class SyncBatch:
     new_fds: list[int] = field(default_factory=list)
 
 
-class Journal(Compaction):
+class Journal:
     """Append-only segmented journal of message records, sans-IO except for the file operations it is asked to do.
 
     Call :meth:`recover` once before anything else; append records (buffered, not durable), then
     :meth:`sync` (or let :class:`broker.journal_io.GroupCommitter` do it) to make them durable.
+    Compaction is a part, :attr:`compactor` (:class:`broker.journal_compact.Compactor`), to which the
+    journal is its :class:`broker.journal_compact.CompactionHost`.
     """
 
     def __init__(self, directory: str | os.PathLike, *, segment_bytes: int = SEGMENT_BYTES, fsync: bool = True,
@@ -153,8 +158,6 @@ class Journal(Compaction):
         self.directory = os.fspath(directory)
         self.segment_bytes = segment_bytes
         self.fsync = fsync
-        self.compact_dead_bytes = (int(segment_bytes * COMPACT_DEAD_SEGMENTS)
-                                   if compact_dead_bytes is None else compact_dead_bytes)
         self._clock = clock
         self._write = write  # every journal write goes through it (tests inject ENOSPC here)
         self._segments: list[Segment] = []
@@ -167,13 +170,20 @@ class Journal(Compaction):
         self._lock_fd = -1
         self._state = "new"  # new -> open -> closed
         self._busy = False
-        self._compacting = False  # a compaction plan is out: record locations may be about to change
         self._read_holds = 0  # locations handed out for reading (read_payloads in a worker thread)
         self._inflight: SyncBatch | None = None  # the batch being written (its records are not in _buffer)
         self._failure: BaseException | None = None
-        self._syncs = self._records_synced = self._compactions = 0
+        self._syncs = self._records_synced = 0
         self._scan_top = 0  # recovery: the last message record id seen (ids only grow in append order)
         self._last_sync_seconds = 0.0
+        self.compactor = Compactor(self, self.directory, fsync=fsync, write=write,
+                                   dead_bytes=(int(segment_bytes * COMPACT_DEAD_SEGMENTS)
+                                               if compact_dead_bytes is None else compact_dead_bytes))
+
+    @property
+    def compact_dead_bytes(self) -> int:
+        """Automatic compaction rewrites sealed segments only when at least this many of their bytes are dead."""
+        return self.compactor.dead_bytes
 
     # ---- recovery ---------------------------------------------------------------------------------
 
@@ -358,7 +368,7 @@ class Journal(Compaction):
         is moving records (ask again after it). Messages not on disk yet are left out (:meth:`buffered` has
         them), and so are acknowledged ones. A caller reading in another thread brackets the read with :meth:`hold_reads` /
         :meth:`release_reads`, which keeps compaction from starting meanwhile."""
-        if self._compacting:
+        if self.compactor.active:
             return None
         out = []
         for rid in record_ids:
@@ -411,7 +421,7 @@ class Journal(Compaction):
         if wrote:
             plan = self.begin_compaction(force=False)
             if plan is not None:
-                self._run_plan(plan)
+                self._compact_now(plan)
         return ids
 
     def _sync_buffer(self) -> list[int]:
@@ -435,7 +445,7 @@ class Journal(Compaction):
     def begin_sync(self) -> SyncBatch:
         """Trio thread: detach the buffer and decide which segment each record goes to."""
         self._check()
-        self._claim()
+        self.claim_io()
         records, self._buffer = self._buffer, []
         seg = self._segments[-1]
         cur, size = _Chunk(seg.seq, seg.path), seg.size
@@ -532,15 +542,76 @@ class Journal(Compaction):
     def abort_io(self, exc: BaseException) -> None:
         """Trio thread: a write, fsync or compaction failed; the journal refuses further use."""
         self._busy = False
-        self._compacting = False
+        self.compactor.abandon()
         self._inflight = None
         self._failure = exc
         log.error("%s: journal I/O failed, journal disabled: %r", self.directory, exc)
 
-    def _claim(self) -> None:
+    # ---- compaction (the work is done by self.compactor) -------------------------------------------
+
+    def compact(self) -> CompactionStats:
+        """BLOCKING. Sync the buffer, then drop fully acknowledged sealed segments and rewrite the rest of
+        the sealed segments without their dead records, keeping append order."""
+        self._sync_buffer()
+        self._check()
+        plan = self.begin_compaction(force=True)
+        return CompactionStats() if plan is None else self._compact_now(plan)
+
+    def _compact_now(self, plan: CompactionPlan) -> CompactionStats:
+        try:
+            self.run_compaction(plan)
+        except BaseException as exc:
+            self.abort_io(exc)
+            raise
+        return self.finish_compaction(plan)
+
+    def begin_compaction(self, *, force: bool) -> CompactionPlan | None:
+        """Trio thread: plan a compaction of the sealed segments, or None when there is nothing (``force``)
+        or not enough (automatic) to gain, or while payload reads are out (:meth:`hold_reads`)."""
+        self._check()
+        if self._read_holds:
+            return None
+        return self.compactor.plan(force=force)
+
+    def run_compaction(self, plan: CompactionPlan) -> None:
+        """Blocking I/O, safe in a worker thread: :meth:`broker.journal_compact.Compactor.run`."""
+        self.compactor.run(plan)
+
+    def finish_compaction(self, plan: CompactionPlan) -> CompactionStats:
+        """Trio thread: replace the compacted segments in the bookkeeping."""
+        return self.compactor.finish(plan)
+
+    # CompactionHost: what self.compactor calls back (Trio thread)
+
+    def sealed_segments(self) -> list[Segment]:
+        return self._segments[:-1]
+
+    def live_records(self, seqs: set[int]) -> list[tuple[int, int, int, int, int]]:
+        return [(rid, m.seq, m.offset, m.size, m.durable_count)
+                for rid, m in self._messages.items() if m.seq in seqs]
+
+    def next_record_id(self) -> int:
+        return self._next_id
+
+    def claim_io(self) -> None:
+        """Mark a sync or compaction in progress (one at a time)."""
         if self._busy:
             raise JournalError("a sync or compaction is already in progress")
         self._busy = True
+
+    def adopt_compaction(self, gone: set[int], target: Segment | None, new_offsets: dict[int, int]) -> None:
+        self._busy = False
+        self._segments = [s for s in self._segments if s.seq not in gone]
+        if target is not None:
+            for rid, new_offset in new_offsets.items():
+                if (m := self._messages.get(rid)) is not None:
+                    m.seq, m.offset = target.seq, new_offset
+                    target.live_bytes += m.size
+                    target.live_count += 1
+            self._segments.insert(0, target)
+
+    def bytes_on_disk(self) -> int:
+        return sum(s.size for s in self._segments)
 
     def _create_segment(self, seq: int, first_seq: int) -> Segment:
         path = os.path.join(self.directory, segment_name(seq))
@@ -579,10 +650,10 @@ class Journal(Compaction):
         return JournalStats(
             live_messages=self._live_count,
             segments=len(self._segments),
-            bytes_on_disk=sum(s.size for s in self._segments),
+            bytes_on_disk=self.bytes_on_disk(),
             dead_bytes=sum(s.dead_bytes for s in self._segments),
             syncs=self._syncs,
             records_synced=self._records_synced,
-            compactions=self._compactions,
+            compactions=self.compactor.compactions,
             last_sync_seconds=self._last_sync_seconds,
         )

@@ -1,5 +1,10 @@
-"""Journal compaction: drop fully acknowledged sealed segments, rewrite partly dead ones (a mixin of
-:class:`broker.journal.Journal`, whose on-disk format and recovery rules it follows).
+"""Journal compaction: drop fully acknowledged sealed segments, rewrite partly dead ones.
+
+:class:`Compactor` is the compaction part of :class:`broker.journal.Journal`: the journal owns one
+(``journal.compactor``) and keeps its public ``compact`` / ``begin_compaction`` / ``run_compaction`` /
+``finish_compaction`` as delegations. The compactor sees the journal only through :class:`CompactionHost`
+(the sealed segments, the live records in them, and a call to take the rewritten segment in), and follows
+the journal's on-disk format and recovery rules (written down in :mod:`broker.journal`).
 
 Compaction
 ----------
@@ -11,10 +16,10 @@ durable delivery count folded in, append order kept) are rewritten into ``<last 
 ``first_seq`` = first sealed seq, fsynced and renamed over the last sealed segment; then the others are
 unlinked. Compaction uses durable state only: an ACK still in the buffer does not drop its message.
 
-Compaction and payload reads: a rewrite moves live records, so while a plan is out
-:meth:`broker.journal.Journal.locate` answers None, and no plan is made while located reads are out
-(``hold_reads``). Out of space for the rewrite, it is abandoned and tried again later (the sealed segments
-stay as they were).
+Compaction and payload reads: a rewrite moves live records, so while a plan is out (:attr:`Compactor.active`)
+:meth:`broker.journal.Journal.locate` answers None, and the journal makes no plan while located reads are
+out (``hold_reads``). Out of space for the rewrite, it is abandoned and tried again later (the sealed
+segments stay as they were).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Callable, Protocol
 
 from broker.journal_io import (
     COMPACT_WRITE_CHUNK, HEADER_BYTES, OUT_OF_SPACE, TMP_SUFFIX, encode_header, fsync_path, reencode_message,
@@ -64,7 +70,7 @@ class CompactionStats:
 
 @dataclass
 class CompactionPlan:
-    """What :meth:`Journal.run_compaction` will do; made by :meth:`Journal.begin_compaction`."""
+    """What :meth:`Compactor.run` will do; made by :meth:`Compactor.plan`."""
 
     drop: list[Segment]  # unlinked oldest first (no rewrite)
     covered: list[Segment]  # replaced by the rewrite
@@ -76,52 +82,73 @@ class CompactionPlan:
     new_size: int = 0
 
 
-class Compaction:
-    """Mixin of :class:`broker.journal.Journal`: its compaction steps (plan, I/O, apply)."""
+class CompactionHost(Protocol):
+    """What a :class:`Compactor` asks of the journal it compacts (:class:`broker.journal.Journal`), all on the
+    Trio thread."""
 
-    def compact(self) -> CompactionStats:
-        """BLOCKING. Sync the buffer, then drop fully acknowledged sealed segments and rewrite the rest of
-        the sealed segments without their dead records, keeping append order."""
-        self._sync_buffer()
-        self._check()
-        plan = self.begin_compaction(force=True)
-        return CompactionStats() if plan is None else self._run_plan(plan)
+    def sealed_segments(self) -> list[Segment]:
+        """The sealed segments, oldest first (the active segment is never compacted)."""
 
-    def _run_plan(self, plan: CompactionPlan) -> CompactionStats:
-        try:
-            self.run_compaction(plan)
-        except BaseException as exc:
-            self.abort_io(exc)
-            raise
-        return self.finish_compaction(plan)
+    def live_records(self, seqs: set[int]) -> list[tuple[int, int, int, int, int]]:
+        """``(record_id, seq, offset, size, durable delivery count)`` of every message record in the segments
+        ``seqs`` whose acknowledgement is not durable yet, in append order."""
 
-    def begin_compaction(self, *, force: bool) -> CompactionPlan | None:
+    def next_record_id(self) -> int:
+        """The floor for new record ids, written into a rewritten segment's header."""
+
+    def claim_io(self) -> None:
+        """Mark a sync or compaction in progress; raises if one already is."""
+
+    def adopt_compaction(self, gone: set[int], target: Segment | None, new_offsets: dict[int, int]) -> None:
+        """Release the claim; the segments ``gone`` are no more, ``target`` (if any, already sized) replaces
+        them at the front, and the record ids in ``new_offsets`` now live in it at those offsets."""
+
+    def bytes_on_disk(self) -> int:
+        """The size of every segment file, for :class:`CompactionStats`."""
+
+
+class Compactor:
+    """The compaction part of a journal: decides when compaction pays (``dead_bytes`` and
+    :data:`COMPACT_DEAD_RATIO`), plans it, does its file I/O and hands the result back to the journal.
+
+    ``directory``, ``fsync`` and ``write`` are the journal's: its directory, whether to fsync, and the write
+    function every journal write goes through."""
+
+    def __init__(self, host: CompactionHost, directory: str, *, fsync: bool, dead_bytes: int,
+                 write: Callable[[int, bytes], None]) -> None:
+        self.host = host
+        self.directory = directory
+        self.fsync = fsync
+        self.dead_bytes = dead_bytes  # automatic compaction rewrites only when at least this much is dead
+        self._write = write
+        self.active = False  # a plan is out: record locations may be about to change
+        self.compactions = 0
+
+    def plan(self, *, force: bool) -> CompactionPlan | None:
         """Trio thread: plan a compaction of the sealed segments, or None when there is nothing (``force``)
-        or not enough (automatic) to gain, or while payload reads are out (:meth:`hold_reads`)."""
-        self._check()
-        if self._read_holds:
-            return None
-        sealed = self._segments[:-1]
+        or not enough (automatic) to gain. Claims the journal's I/O (:meth:`CompactionHost.claim_io`) when it
+        returns a plan."""
+        sealed = self.host.sealed_segments()
         lead = 0
         while lead < len(sealed) and sealed[lead].live_count == 0:
             lead += 1
         rest = sealed[lead:]
         dead = sum(s.dead_bytes for s in rest)
         total = sum(s.size - HEADER_BYTES for s in rest)
-        rewrite = dead > 0 and (force or (dead >= self.compact_dead_bytes and dead >= COMPACT_DEAD_RATIO * total))
+        rewrite = dead > 0 and (force or (dead >= self.dead_bytes and dead >= COMPACT_DEAD_RATIO * total))
         if not rewrite and lead == 0:
             return None
-        self._claim()
-        self._compacting = True
+        self.host.claim_io()
+        self.active = True
         if not rewrite:
-            return CompactionPlan(sealed[:lead], [], [], {}, None, self._next_id)
-        in_rest = {s.seq for s in rest}
-        moves = [(rid, m.seq, m.offset, m.size) for rid, m in self._messages.items() if m.seq in in_rest]
-        counts = {rid: self._messages[rid].durable_count for rid, *_ in moves}
+            return CompactionPlan(sealed[:lead], [], [], {}, None, self.host.next_record_id())
+        records = self.host.live_records({s.seq for s in rest})
+        moves = [(rid, seq, offset, size) for rid, seq, offset, size, _count in records]
+        counts = {rid: count for rid, _seq, _offset, _size, count in records}
         target = Segment(rest[-1].seq, rest[-1].path, HEADER_BYTES)
-        return CompactionPlan([], sealed, moves, counts, target, self._next_id)
+        return CompactionPlan([], sealed, moves, counts, target, self.host.next_record_id())
 
-    def run_compaction(self, plan: CompactionPlan) -> None:
+    def run(self, plan: CompactionPlan) -> None:
         """Blocking I/O, safe in a worker thread: touches only ``plan`` and the sealed segment files.
 
         Out of space for the rewritten segment, the rewrite is abandoned (its temporary file removed, the
@@ -184,26 +211,21 @@ class Compaction:
     def _path_of(plan: CompactionPlan, seq: int) -> str:
         return next(s.path for s in plan.covered if s.seq == seq)
 
-    def finish_compaction(self, plan: CompactionPlan) -> CompactionStats:
-        """Trio thread: replace the compacted segments in the bookkeeping."""
-        self._busy = False
-        self._compacting = False
-        before = sum(s.size for s in self._segments)
+    def finish(self, plan: CompactionPlan) -> CompactionStats:
+        """Trio thread: hand the compacted segments to the journal's bookkeeping."""
+        self.active = False
+        before = self.host.bytes_on_disk()
         gone = {s.seq for s in plan.drop} | {s.seq for s in plan.covered}
-        self._segments = [s for s in self._segments if s.seq not in gone]
         if plan.target is not None:
-            target = plan.target
-            target.size = plan.new_size
-            for rid, new_offset in plan.new_offsets.items():
-                if (m := self._messages.get(rid)) is not None:
-                    m.seq, m.offset = target.seq, new_offset
-                    target.live_bytes += m.size
-                    target.live_count += 1
-            self._segments.insert(0, target)
-        self._compactions += 1
-        after = sum(s.size for s in self._segments)
+            plan.target.size = plan.new_size
+        self.host.adopt_compaction(gone, plan.target, plan.new_offsets)
+        self.compactions += 1
+        after = self.host.bytes_on_disk()
         stats = CompactionStats(len(gone) - (plan.target is not None), int(plan.target is not None),
                                 len(plan.moves), before, after)
         log.info("%s: compaction %s", self.directory, stats)
         return stats
 
+    def abandon(self) -> None:
+        """Trio thread: the journal failed (:meth:`broker.journal.Journal.abort_io`); no plan is out any more."""
+        self.active = False
