@@ -25,13 +25,15 @@ Listener contract, in this order after every change:
 ``valid_origins[dest]`` holds the other routers whose shortest path to ``dest`` runs through this
 router; a message that entered the mesh here (ingress = own id) is always valid.
 
-Duplicate router ids are handled by :class:`router.mesh.identity.RouterIdentity` (a part of this class).
+Duplicate router ids are handled by a part, ``engine.identity`` (:class:`router.mesh.identity.RouterIdentity`),
+to which the engine is its :class:`router.mesh.identity.IdentityHost`; ``take_refusals``, ``check_open`` and
+``peer_refused`` stay here as delegations, so the core talks to the engine alone.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Iterable, Protocol
 
 from router.mesh import messages as M
 from router.mesh import protocol as P
@@ -78,8 +80,9 @@ class MeshListener(Protocol):
     def remote_address_removed(self, router_id: str, key: str) -> None: ...
 
 
-class RoutingEngine(RouterIdentity):
-    """Link-state routing engine of one interior router (see the module docstring)."""
+class RoutingEngine:
+    """Link-state routing engine of one interior router (see the module docstring). Its duplicate-id part
+    is :attr:`identity`."""
 
     def __init__(self, router_id: str, listener: MeshListener, *, instance: int, area: str = P.DEFAULT_AREA,
                  hello_interval=P.HELLO_INTERVAL, hello_max_age=P.HELLO_MAX_AGE,
@@ -103,7 +106,6 @@ class RoutingEngine(RouterIdentity):
         self._nodes: dict[str, _Node] = {}
         self._local = LocalAddresses(router_id, area)
         self._out: list[tuple[object, bytes]] = []
-        self._refusals: list[tuple[object, str]] = []
         self._routes = Routes()
         self._reported_routes = None
         self._reported_keys: dict[str, dict[str, int]] = {}   # router id -> keys the core was told
@@ -111,11 +113,12 @@ class RoutingEngine(RouterIdentity):
         self._last_hello = float("-inf")
         self._last_ra = float("-inf")
         self._last_change = float("-inf")
-        self._last_dup_log = float("-inf")
         self._last_full_log = float("-inf")
         self._last_malformed_log = float("-inf")
         self._malformed_unlogged = 0
         self._now = 0.0
+        self.identity = RouterIdentity(self, router_id, self.instance, hello_interval=self.hello_interval,
+                                       hello_max_age=self.hello_max_age, remote_ls_max_age=self.remote_ls_max_age)
 
     # -- properties for management / tests --------------------------------------------------------
 
@@ -138,6 +141,20 @@ class RoutingEngine(RouterIdentity):
 
     # -- events from the core ---------------------------------------------------------------------
 
+    def take_refusals(self) -> list[tuple[object, str]]:
+        """Connections to close for a duplicate router id (:meth:`RouterIdentity.take_refusals`)."""
+        return self.identity.take_refusals()
+
+    def check_open(self, container_id: str | None, conn_name: str, now: float) -> str | None:
+        """Why an inter-router OPEN must be refused, or None (:meth:`RouterIdentity.check_open`)."""
+        self._now = now
+        return self.identity.check_open(container_id, conn_name, now)
+
+    def peer_refused(self, conn_name: str, description: str, now: float) -> None:
+        """A neighbour refused this router for a duplicate id (:meth:`RouterIdentity.peer_refused`)."""
+        self._now = now
+        self.identity.peer_refused(conn_name, description, now)
+
     def link_up(self, conn_key, cost: int, now: float) -> None:
         """The control links of an inter-router connection are attached; HELLO on it at once."""
         self._now = now
@@ -148,7 +165,7 @@ class RoutingEngine(RouterIdentity):
         """The connection (or its control link) is gone: its neighbour is lost at once."""
         self._now = now
         if self._conns.pop(conn_key, None) is not None:
-            self._update_neighbours(now)
+            self.update_neighbours(now)
             self._settle(now)
 
     def receive(self, conn_key, msg: bytes, now: float) -> None:
@@ -201,7 +218,7 @@ class RoutingEngine(RouterIdentity):
             self._last_hello = now
             for key in list(self._conns):
                 self._send_hello(key)
-        self._update_neighbours(now)
+        self.update_neighbours(now)
         mau = self._local.flush()
         if mau is not None:
             self._originate_flood(mau, P.ALL_ROUTERS_MA_ADDRESS)
@@ -209,7 +226,7 @@ class RoutingEngine(RouterIdentity):
         self._age_nodes(now)
         self._settle(now)
         self._retry_requests(now)
-        self._chase_rivals(now)
+        self.identity.chase_rivals(now)
         in_flux = now - self._last_change < 2 * self.ra_interval_flux
         if now - self._last_ra >= (self.ra_interval_flux if in_flux else self.ra_interval):
             self._send_ra(now)
@@ -255,7 +272,7 @@ class RoutingEngine(RouterIdentity):
         self._out.append((conn_key, M.encode(hello, P.HELLO_ADDRESS, ingress=self.id, trace=[self.id])))
 
     def _on_hello(self, conn: _Conn, hello: M.Hello, now: float) -> None:
-        if not self._admit_hello(conn, hello, now):
+        if not self.identity.admit_hello(conn, hello, now):
             return
         first = conn.peer_id != hello.id or conn.last_hello is None
         conn.peer_id = hello.id
@@ -266,9 +283,9 @@ class RoutingEngine(RouterIdentity):
         if first:
             # answer at once so the peer sees itself in my `seen` one round trip later, not a helloInterval
             self._send_hello(conn.key)
-        self._update_neighbours(now)
+        self.update_neighbours(now)
 
-    def _update_neighbours(self, now: float) -> None:
+    def update_neighbours(self, now: float) -> None:
         """Recompute my neighbours (two-way HELLO within helloMaxAge) and my link state from them."""
         best: dict[str, _Conn] = {}
         for c in self._conns.values():
@@ -284,7 +301,7 @@ class RoutingEngine(RouterIdentity):
         peers = {rid: c.cost for rid, c in best.items()}
         for rid in set(self._neighbours) - set(neighbours):
             log.info("mesh: neighbour %s lost", rid)
-            self._neighbour_gone(rid, now)
+            self.identity.neighbour_gone(rid, now)
         for rid in set(neighbours) - set(self._neighbours):
             log.info("mesh: neighbour %s up (cost %d)", rid, peers[rid])
         if neighbours != self._neighbours:
@@ -313,11 +330,12 @@ class RoutingEngine(RouterIdentity):
             return
         target = "/".join(parts[2:-1])
         if env.body.id == self.id:
-            # My id on a message I did not send (another router uses it, see _duplicate), or my own
+            # My id on a message I did not send (another router uses it, see RouterIdentity), or my own
             # message come back: either way nothing to process or pass on.
             instance = getattr(env.body, "instance", None)
             if instance is not None and instance != self.instance:
-                self._duplicate(f"{env.opcode} via {conn.peer_id or _conn_name(conn.key)}", instance, now)
+                self.identity.log_duplicate(f"{env.opcode} via {conn.peer_id or _conn_name(conn.key)}",
+                                            instance, now)
             return
         if self.id in env.trace:
             return                                   # my own message come back: nothing to do
@@ -380,7 +398,7 @@ class RoutingEngine(RouterIdentity):
 
     # -- protocol handlers ------------------------------------------------------------------------
 
-    def _node(self, rid: str, now: float) -> _Node | None:
+    def node_record(self, rid: str, now: float) -> _Node | None:
         """The record of router ``rid``, created on first sight; None when the table is full."""
         node = self._nodes.get(rid)
         if node is None:
@@ -415,7 +433,7 @@ class RoutingEngine(RouterIdentity):
         return True
 
     def _on_ra(self, ra: M.RouterAdvertisement, now: float) -> bool:
-        if not self._check_instance(ra.id, ra.instance, now):
+        if not self.identity.check_instance(ra.id, ra.instance, now):
             return False
         node = self._nodes[ra.id]
         node.last_ra = node.last_seen = now
@@ -424,13 +442,13 @@ class RoutingEngine(RouterIdentity):
             self._request_ls(node, now)
         if node.mobile.behind(ra.mobile_seq):
             node.mobile_wanted = max(node.mobile_wanted, ra.mobile_seq)
-            self._request_mobile(node, now)
+            self.request_mobile(node, now)
         return True
 
     def _on_lsu(self, lsu: M.LinkStateUpdate, now: float) -> None:
-        if lsu.instance and not self._check_instance(lsu.id, lsu.instance, now):
+        if lsu.instance and not self.identity.check_instance(lsu.id, lsu.instance, now):
             return
-        node = self._node(lsu.id, now)
+        node = self.node_record(lsu.id, now)
         if node is None:
             return
         node.last_ra = node.last_seen = now
@@ -440,18 +458,18 @@ class RoutingEngine(RouterIdentity):
         node.peers = {rid: max(1, c) for rid, c in lsu.ls.peers.items() if rid != lsu.id}
         for rid in node.peers:
             if rid != self.id:
-                self._node(rid, now)
+                self.node_record(rid, now)
         self._dirty = True
 
     def _on_mau(self, mau: M.MobileAddressUpdate, now: float) -> None:
-        node = self._node(mau.id, now)
+        node = self.node_record(mau.id, now)
         if node is None:
             return
         node.last_seen = now
         change, need_mar = node.mobile.apply(mau)
         if need_mar:
             node.mobile_wanted = max(node.mobile_wanted, mau.mobile_seq)
-            self._request_mobile(node, now)
+            self.request_mobile(node, now)
         elif change is not None:
             self._report_keys(mau.id)
 
@@ -459,7 +477,8 @@ class RoutingEngine(RouterIdentity):
         if self._unicast(node.id, M.LinkStateRequest(self.id, self.area), P.router_address(node.id, self.area)):
             node.ls_asked = now
 
-    def _request_mobile(self, node: _Node, now: float) -> None:
+    def request_mobile(self, node: _Node, now: float) -> None:
+        """Ask ``node`` for its mobile addresses (MAR)."""
         mar = M.MobileAddressRequest(self.id, node.mobile.mobile_seq, self.area)
         if self._unicast(node.id, mar, P.router_ma_address(node.id, self.area)):
             node.mar_asked = now
@@ -472,7 +491,7 @@ class RoutingEngine(RouterIdentity):
             if node.ls_wanted > node.ls_seq and now - node.ls_asked >= retry:
                 self._request_ls(node, now)
             if node.mobile_wanted > node.mobile.mobile_seq and now - node.mar_asked >= retry:
-                self._request_mobile(node, now)
+                self.request_mobile(node, now)
 
     def _age_nodes(self, now: float) -> None:
         referenced = set(self._peers)
@@ -490,6 +509,33 @@ class RoutingEngine(RouterIdentity):
                   and now - node.last_seen > NODE_FORGET_TICKS * self.hello_interval
                   and not any(c.peer_id == rid for c in self._conns.values())):
                 del self._nodes[rid]
+
+    # -- IdentityHost: what self.identity calls back (with node_record, request_mobile and
+    # update_neighbours above) ------------------------------------------------------------------
+
+    def connections(self) -> Iterable[_Conn]:
+        return self._conns.values()
+
+    def known_node(self, rid: str) -> _Node | None:
+        return self._nodes.get(rid)
+
+    def known_nodes(self) -> Iterable[_Node]:
+        return self._nodes.values()
+
+    def next_hop(self, rid: str) -> str | None:
+        return self._routes.next_hop.get(rid)
+
+    def neighbour_conn(self, rid: str) -> object | None:
+        return self._neighbours.get(rid)
+
+    def reachable(self, rid: str) -> bool:
+        return rid in self._routes.cost
+
+    def request_link_state(self, node: _Node, now: float) -> None:
+        self._request_ls(node, now)
+
+    def topology_changed(self) -> None:
+        self._dirty = True
 
     # -- routes and reports -----------------------------------------------------------------------
 
@@ -533,7 +579,7 @@ class RoutingEngine(RouterIdentity):
                     if node.ls_wanted > node.ls_seq:
                         self._request_ls(node, now)
                     if node.mobile_wanted > node.mobile.mobile_seq:
-                        self._request_mobile(node, now)
+                        self.request_mobile(node, now)
 
     def _report_keys(self, rid: str) -> None:
         """Tell the listener the difference between ``rid``'s known keys and what it was told."""
