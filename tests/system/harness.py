@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import sys
 import textwrap
 
+from tests.paths import REPO as REPO_ROOT
 from tools import daemons
 from tools.daemons import DaemonError, free_port
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 __all__ = [
     "REPO_ROOT",
@@ -31,6 +32,7 @@ __all__ = [
     "daemon_command",
     "free_port",
     "run_daemon_expecting_failure",
+    "run_tool",
 ]
 
 
@@ -162,3 +164,14 @@ def run_daemon_expecting_failure(
         return daemons.run_expecting_failure(daemons.ROUTER, conf_path, timeout=timeout, cwd=REPO_ROOT)
     except DaemonError as e:
         raise RouterError(str(e)) from None
+
+
+def run_tool(module: str, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+    """Run ``python -m module args...`` (tdstat, tdmanage...) from the repository root and return the
+    completed process; with ``check``, fail unless it exited 0."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, f"{module} {args} failed ({proc.returncode}):\n{proc.stderr}"
+    return proc

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["memory_mib", "rss_kib"]
+__all__ = ["memory_mib", "rss_kib", "rss_mib"]
 
 
 def _status_kib(pid: int, fields: tuple[str, ...]) -> dict[str, int]:
@@ -21,6 +21,11 @@ def _status_kib(pid: int, fields: tuple[str, ...]) -> dict[str, int]:
 def rss_kib(pid: int) -> int:
     """Resident set size (KiB)."""
     return _status_kib(pid, ("VmRSS",))["VmRSS"]
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size (MiB, with its fraction)."""
+    return rss_kib(pid) / 1024
 
 
 def memory_mib(pid: int, fields: tuple[str, ...] = ("VmRSS", "VmHWM")) -> dict[str, int]:

@@ -10,8 +10,8 @@ import time
 import pytest
 from proton import Message
 
-from tests.system.clients import Consumer, Producer
-from tests.system.test_brokered import WAYPOINT, BrokerProcess
+from tests.system.brokerharness import WAYPOINT, BrokerProcess, receive_messages, send_messages
+from tests.system.clients import Consumer
 
 pytestmark = pytest.mark.system
 
@@ -71,37 +71,19 @@ def _url(b: BrokerProcess) -> str:
     return f"amqp://127.0.0.1:{b.ports['amqp']}"
 
 
-def _send(url: str, address: str, messages: list[Message]) -> None:
-    p = Producer(url, address, count=len(messages), message_fn=lambda i: messages[i]).start()
-    try:
-        p.wait(TIMEOUT)
-        assert p.outcomes == {"accepted": len(messages)}, p.outcomes
-    finally:
-        p.close()
-
-
-def _receive(url: str, address: str, n: int, **kw) -> list[Message]:
-    c = Consumer(url, address, count=n, **kw).start()
-    try:
-        c.wait(TIMEOUT)
-        return list(c.messages)
-    finally:
-        c.close()
-
-
 def test_dead_letter_after_max_delivery_attempts_with_durable_counts(broker_proc):
     b = broker_proc()
     url = _url(b)
-    _send(url, "work", [Message(id="poison", body="p", durable=True)])
+    send_messages(url, "work", [Message(id="poison", body="p", durable=True)])
     # Fail the delivery once, then restart: the journaled delivery count survives.
-    first = _receive(url, "work", 1, outcome="modify", credit=1, replenish=False)
+    first = receive_messages(url, "work", 1, outcome="modify", credit=1, replenish=False)
     assert first[0].delivery_count == 0
     b.stop()
     b = broker_proc()
     url = _url(b)
-    again = _receive(url, "work", MAX_ATTEMPTS - 1, outcome="modify", credit=1)
+    again = receive_messages(url, "work", MAX_ATTEMPTS - 1, outcome="modify", credit=1)
     assert [m.delivery_count for m in again] == list(range(1, MAX_ATTEMPTS))
-    [dead] = _receive(url, "DLQ", 1)
+    [dead] = receive_messages(url, "DLQ", 1)
     assert dead.id == "poison" and dead.delivery_count == MAX_ATTEMPTS
     ann = {str(k): v for k, v in (dead.annotations or {}).items()}
     assert (ann["x-opt-ORIG-ADDRESS"], ann["x-opt-ORIG-QUEUE"], ann["x-opt-ORIG-MESSAGE-ID"]) == \
@@ -111,15 +93,15 @@ def test_dead_letter_after_max_delivery_attempts_with_durable_counts(broker_proc
 def test_expired_messages_move_to_the_expiry_address(broker_proc):
     b = broker_proc()
     url = _url(b)
-    _send(url, "work", [Message(id="short", body="s", durable=True, ttl=0.3),
+    send_messages(url, "work", [Message(id="short", body="s", durable=True, ttl=0.3),
                         Message(id="long", body="l", durable=True)])
     time.sleep(0.8)  # nobody consumes: the broker's timer moves the first one
-    [expired] = _receive(url, "ExpiryQueue", 1)
+    [expired] = receive_messages(url, "ExpiryQueue", 1)
     assert expired.id == "short"
     ann = {str(k): v for k, v in (expired.annotations or {}).items()}
     assert ann["x-opt-ORIG-QUEUE"] == "work" and ann["x-opt-ACTUAL-EXPIRY"] > 0
     assert not expired.ttl  # it does not expire again where it was moved
-    [kept] = _receive(url, "work", 1)
+    [kept] = receive_messages(url, "work", 1)
     assert kept.id == "long"
 
 
@@ -127,8 +109,8 @@ def test_priority_order_through_the_router(router_factory, broker_proc):
     router = router_factory(WAYPOINT)
     broker_proc(router_port=router.ports["amqp"])
     msgs = [Message(id=i, body=f"p{i % 10}", priority=i % 10, durable=True) for i in range(30)]
-    _send(router.url, "queue", msgs)
-    got = _receive(router.url, "queue", 30, credit=30)
+    send_messages(router.url, "queue", msgs)
+    got = receive_messages(router.url, "queue", 30, credit=30)
     prios = [m.priority for m in got]
     assert prios == sorted(prios, reverse=True), prios
     # FIFO within a priority.
@@ -142,7 +124,7 @@ def test_multicast_subscribers_each_get_every_message(broker_proc):
     try:
         for s in subs:
             s.wait_ready(TIMEOUT)
-        _send(url, "news", [Message(id=i, body=f"n{i}") for i in range(5)])
+        send_messages(url, "news", [Message(id=i, body=f"n{i}") for i in range(5)])
         for s in subs:
             s.wait(TIMEOUT)
             assert [m.id for m in s.messages] == list(range(5))
@@ -157,8 +139,8 @@ def test_flow_records_of_store_deliver_and_settle(broker_proc, tmp_path):
     records = tmp_path / "flows"
     b = broker_proc(extra=f'<flow-records directory="{records}" sample="1.0" rotate-mb="1"/>')
     url = _url(b)
-    _send(url, "work", [Message(id=f"f{i}", body="x", durable=True) for i in range(3)])
-    assert [m.id for m in _receive(url, "work", 3)] == ["f0", "f1", "f2"]
+    send_messages(url, "work", [Message(id=f"f{i}", body="x", durable=True) for i in range(3)])
+    assert [m.id for m in receive_messages(url, "work", 3)] == ["f0", "f1", "f2"]
     assert b.stop() == 0  # the recorder writes what it buffered and finishes its file
     lines = [json.loads(line) for f in sorted(records.glob("*.jsonl")) for line in f.read_text().splitlines()]
     events = [(r.get("event") or r.get("ev"), r.get("mid")) for r in lines]
@@ -183,10 +165,10 @@ def test_durable_subscription_survives_detach_and_broker_restart(broker_proc):
     conn, rcv = _durable_subscriber(_url(b))
     rcv.link.detach()  # detached, not closed: the subscription stays
     conn.close()
-    _send(_url(b), "news", [Message(id=i, body=i, durable=True) for i in range(3)])
+    send_messages(_url(b), "news", [Message(id=i, body=i, durable=True) for i in range(3)])
     assert b.stop() == 0
     b = broker_proc()  # the bindings file binds app-1.sub-a to 'news' again, the journal refills it
-    _send(_url(b), "news", [Message(id=3, body=3, durable=True)])
+    send_messages(_url(b), "news", [Message(id=3, body=3, durable=True)])
     conn, rcv = _durable_subscriber(_url(b))
     try:
         got = []

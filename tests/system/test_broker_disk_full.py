@@ -20,8 +20,8 @@ import subprocess
 import pytest
 from proton import Message
 
+from tests.system.brokerharness import BrokerProcess
 from tests.system.clients import Consumer, Producer, close_all
-from tests.system.test_brokered import BrokerProcess
 from tools.mgmtclient import ManagementClient
 
 pytestmark = pytest.mark.system

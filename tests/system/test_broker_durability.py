@@ -14,8 +14,8 @@ import time
 import pytest
 from proton import Message
 
+from tests.system.brokerharness import BROKER_XML, TIMEOUT, WAYPOINT, BrokerProcess
 from tests.system.clients import Consumer, Producer
-from tests.system.test_brokered import BROKER_XML, TIMEOUT, WAYPOINT, BrokerProcess
 
 pytestmark = pytest.mark.system
 

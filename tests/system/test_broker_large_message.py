@@ -20,9 +20,9 @@ from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from tests.system.brokerharness import BrokerProcess
 from tests.system.clients import Producer, close_all
 from tests.system.procstat import memory_mib
-from tests.system.test_brokered import BrokerProcess
 
 pytestmark = pytest.mark.system
 

@@ -2,70 +2,23 @@
 a broker restart under a link-routed consumer: the client sees the detach (``qd:routed-link-lost``),
 reattaches on the same connection and receives what is sent after the broker is back.
 
-The helpers (router sections, the retrying clients) are shared with the RabbitMQ tests
-(``test_rabbitmq_routes.py``), which run the same flows against a broker nobody here wrote."""
+The helpers (router sections, the retrying clients) live in tests/system/brokerharness.py, shared with the
+RabbitMQ tests (``test_rabbitmq_routes.py``), which run the same flows against a broker nobody here wrote."""
 
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
-from proton import Message
 
-from tests.system.clients import Consumer, Producer
+from tests.system.brokerharness import (
+    AUTO_LINKS, LINK_ROUTES, REATTACH_DELAY, TIMEOUT, BrokerProcess, attach_when_routed, receive_all, send_all,
+    wait_queue_empty,
+)
+from tests.system.clients import Consumer
 from tests.system.harness import free_port
-from tests.system.test_brokered import BrokerProcess, wait_queue_empty
 
 pytestmark = pytest.mark.system
-
-TIMEOUT = 30
-# How long a reattaching client waits before trying again after a detach or a refusal.
-REATTACH_DELAY = 0.3
-
-LINK_ROUTES = """\
-connector {{
-    name: my-broker
-    host: 127.0.0.1
-    port: {port}
-    role: route-container
-    retryDelaySeconds: 0.2
-}}
-linkRoute {{
-    prefix: test
-    direction: in
-    connection: my-broker
-}}
-linkRoute {{
-    prefix: test
-    direction: out
-    connection: my-broker
-}}
-"""
-
-AUTO_LINKS = """\
-address {{
-    prefix: {address}
-    waypoint: yes
-}}
-connector {{
-    name: my-broker
-    host: 127.0.0.1
-    port: {port}
-    role: route-container
-    retryDelaySeconds: 0.2
-}}
-autoLink {{
-    address: {address}
-    direction: out
-    connection: my-broker
-}}
-autoLink {{
-    address: {address}
-    direction: in
-    connection: my-broker
-}}
-"""
 
 BROKER_XML = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -111,41 +64,6 @@ class ReattachingConsumer(Consumer):
                     self._open_links(container, conn)
 
         container.schedule(REATTACH_DELAY, _Again())
-
-
-def attach_when_routed(make, timeout: float = TIMEOUT):
-    """Start clients from ``make()`` until one attaches without ``qd:no-route-to-dest`` (the router's
-    connector to the container may still be coming up)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        client = make().start(wait=False)
-        client.wait_ready(timeout)
-        if not client.link_errors:
-            return client
-        client.close()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never routed: {client.link_errors}")
-        time.sleep(REATTACH_DELAY)
-
-
-def send_all(url: str, address: str, ids: list, *, durable: bool = True) -> Producer:
-    msgs = [Message(id=i, body=f"m{i}", durable=durable) for i in ids]
-    p = attach_when_routed(lambda: Producer(url, address, count=len(msgs), message_fn=lambda k: msgs[k]))
-    try:
-        p.wait(TIMEOUT)
-        assert p.outcomes == {"accepted": len(msgs)}, p.outcomes
-    finally:
-        p.close()
-    return p
-
-
-def receive_all(url: str, address: str, n: int) -> list:
-    c = attach_when_routed(lambda: Consumer(url, address, count=n, credit=50))
-    try:
-        c.wait(TIMEOUT)
-        return [m.id for m in c.messages]
-    finally:
-        c.close()
 
 
 @pytest.fixture

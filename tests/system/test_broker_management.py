@@ -10,8 +10,7 @@ import time
 import pytest
 from proton.utils import BlockingConnection
 
-from tests.system.test_broker_delivery import _receive, _send
-from tests.system.test_brokered import WAYPOINT, BrokerProcess
+from tests.system.brokerharness import WAYPOINT, BrokerProcess, receive_messages, send_messages
 from wire import management as wm
 
 pytestmark = pytest.mark.system
@@ -85,10 +84,10 @@ def test_create_queue_and_start_connection_through_management(router_factory, tm
             time.sleep(0.1)
         from proton import Message
 
-        _send(router.url, "queue.orders", [Message(id=i, body=i, durable=True) for i in range(10)])
+        send_messages(router.url, "queue.orders", [Message(id=i, body=i, durable=True) for i in range(10)])
         q = m.call("READ", type="queue", name="queue.orders").body
         assert q["messageCount"] == 10 and q["consumerCount"] == 1  # the peer sender is the consumer
-        assert [x.id for x in _receive(router.url, "queue.orders", 10)] == list(range(10))
+        assert [x.id for x in receive_messages(router.url, "queue.orders", 10)] == list(range(10))
         q = m.call("READ", type="queue", name="queue.orders").body
         assert (q["messageCount"], q["acknowledgedCount"], q["deliveredCount"]) == (0, 10, 10)
         assert m.call("stopBrokerConnection", type="brokerConnection", name="to-router").ok

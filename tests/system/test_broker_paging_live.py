@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from proton import Message
 
+from tests.system.brokerharness import BrokerProcess
 from tests.system.clients import Consumer, Producer, close_all
-from tests.system.test_broker_size_limits import _rss_mb
-from tests.system.test_brokered import BrokerProcess
+from tests.system.procstat import rss_mib
 from tools.mgmtclient import ManagementClient
 
 pytestmark = pytest.mark.system
@@ -74,11 +74,11 @@ def test_page_keeps_memory_bounded_and_reads_back_in_order(broker_conf):
     start, tmp_path = broker_conf
     broker = start()
     url = f"amqp://127.0.0.1:{broker.ports['amqp']}"
-    before = _rss_mb(broker.proc.pid)
+    before = rss_mib(broker.proc.pid)
     p = Producer(url, "big", count=COUNT, message_fn=_message).start()
     p.wait(TIMEOUT)
     assert p.outcomes["accepted"] == COUNT, p.outcomes
-    rss = _rss_mb(broker.proc.pid)
+    rss = rss_mib(broker.proc.pid)
     print(f"broker RSS {before:.0f} MB -> {rss:.0f} MB after {COUNT * len(BODY) // 2**20} MB paged against "
           "a 10 MB limit")
     assert rss - before < 45, (before, rss)  # 60 MB held in memory would be > 60
@@ -90,7 +90,7 @@ def test_page_keeps_memory_bounded_and_reads_back_in_order(broker_conf):
     c = Consumer(url, "big", credit=200).start()
     c.wait(TIMEOUT, count=COUNT)
     assert [m.id for m in c.messages] == list(range(COUNT))
-    peak = _rss_mb(broker.proc.pid)
+    peak = rss_mib(broker.proc.pid)
     print(f"broker RSS after consuming everything: {peak:.0f} MB")
     assert _queue_row(broker.ports["amqp"])["messageCount"] == 0
     c.wait_for(lambda: not list((tmp_path / "paging").rglob("*.page")), TIMEOUT, "page files deleted")
@@ -111,7 +111,7 @@ def test_durable_paged_messages_survive_a_restart_once_each(broker_conf, how):
         broker.proc.kill()
         broker.proc.wait(TIMEOUT)
     again = start()
-    before = _rss_mb(again.proc.pid)
+    before = rss_mib(again.proc.pid)
     durable = [i for i in range(COUNT) if i % 3 != 2]
     row = _queue_row(again.ports["amqp"])
     assert row["messageCount"] == len(durable) and row["pagedMessageCount"] > len(durable) - 1100

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from proton import Message
 
+from tests.system.brokerharness import BrokerProcess
 from tests.system.clients import Consumer, Producer, close_all
-from tests.system.procstat import rss_kib
-from tests.system.test_brokered import BrokerProcess
+from tests.system.procstat import rss_mib
 
 pytestmark = pytest.mark.system
 
@@ -32,10 +32,6 @@ XML = """\
 """
 
 
-def _rss_mb(pid: int) -> float:
-    return rss_kib(pid) / 1024
-
-
 def test_fail_limit_holds_against_a_flood_of_1mb_messages(tmp_path):
     conf = tmp_path / "broker.xml"
     conf.write_text(XML.format(journal=tmp_path / "journal"))
@@ -49,7 +45,7 @@ def test_fail_limit_holds_against_a_flood_of_1mb_messages(tmp_path):
         accepted = p.outcomes.get("accepted", 0)
         assert 8 <= accepted <= 10, p.outcomes
         assert p.outcomes.get("rejected", 0) == n - accepted
-        rss = _rss_mb(broker.proc.pid)
+        rss = rss_mib(broker.proc.pid)
         print(f"broker RSS after {n} MB offered against a 10 MB FAIL limit: {rss:.0f} MB")
         assert rss < 150, rss
         # What was accepted is all there, in order.

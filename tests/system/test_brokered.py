@@ -3,62 +3,20 @@ no consumer anywhere are stored by the broker, and a consumer attaching later ge
 
 from __future__ import annotations
 
-import pathlib
 import re
-import time
 
 import pytest
 from proton import Message
 
 from broker.journal import Journal
+from tests.system.brokerharness import BROKER_XML, TIMEOUT, WAYPOINT, BrokerProcess, wait_queue_empty
 from tests.system.clients import Consumer, Producer
 from tests.system.harness import REPO_ROOT, free_port
-from tools.daemons import BROKER, DaemonProcess, run_expecting_failure
+from tools.daemons import BROKER, run_expecting_failure
 
 pytestmark = pytest.mark.system
 
-TIMEOUT = 30
 COUNT = 200
-WAYPOINT = "address {\n prefix: queue\n waypoint: yes\n}"
-
-BROKER_XML = """\
-<?xml version="1.0" encoding="UTF-8"?>
-<configuration xmlns="urn:activemq" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
-<core xmlns="urn:activemq:core">
-  <name>broker-1</name>
-  <journal-directory>{journal}</journal-directory>
-  <acceptors>
-    <acceptor name="amqp">tcp://127.0.0.1:0?protocols=AMQP</acceptor>
-  </acceptors>
-  <addresses>
-    <address name="queue"><anycast><queue name="queue"/></anycast></address>
-  </addresses>
-  <broker-connections>
-    <amqp-connection uri="tcp://127.0.0.1:{router_port}" name="router" retry-interval="200">
-      <peer address-match="queue"/>
-    </amqp-connection>
-  </broker-connections>
-</core>
-</configuration>
-"""
-
-
-class BrokerProcess(DaemonProcess):
-    """A tdbroker subprocess on ``conf`` (tools/daemons.py reads its start-up lines). Its stderr is appended
-    to ``workdir/broker.stderr``, so a broker restarted on the same journal keeps its earlier log."""
-
-    def __init__(self, conf: pathlib.Path, workdir: pathlib.Path):
-        super().__init__(BROKER, conf, stderr_path=workdir / "broker.stderr", stderr_append=True,
-                         start_timeout=TIMEOUT, cwd=REPO_ROOT)
-        self.conf = conf
-        self.journal_dir = workdir / "journal"
-
-    def check_ready(self) -> None:
-        pass  # a broker with no acceptor (only broker-connections) is ready too
-
-    def stop(self, timeout: float = 15) -> int:
-        code = super().stop(timeout)
-        return 0 if code is None else code
 
 
 @pytest.fixture
@@ -111,25 +69,6 @@ def test_broker_stores_and_forwards_in_order(brokered, durable):
     _store(router, COUNT, durable=durable)
     got = _consume(router, COUNT)
     assert got == list(range(COUNT))
-
-
-def wait_queue_empty(broker: BrokerProcess, queue: str = "queue", timeout: float = TIMEOUT) -> None:
-    """Until the broker's queue holds nothing: a consumer's accept reaches the broker through the router
-    after the consumer has settled, so a test that stops the broker at once may stop it first."""
-    from tools.mgmtclient import ManagementClient
-
-    deadline = time.monotonic() + timeout
-    with ManagementClient(f"127.0.0.1:{broker.ports['amqp']}", timeout=timeout) as mc:
-        while True:
-            rows = [r for r in mc.query("org.apache.activemq.artemis.queue", ["name", "messageCount"])
-                    if r["name"] == queue]
-            assert rows, f"the broker has no queue {queue}"
-            count = sum(r["messageCount"] for r in rows)
-            if count == 0:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"queue {queue} still holds {count} messages")
-            time.sleep(0.05)
 
 
 def test_durable_messages_survive_broker_restart(brokered):

@@ -17,8 +17,8 @@ import time
 import proton
 import pytest
 
+from tests.system.brokerharness import BrokerProcess
 from tests.system.clients import Consumer, Producer, RawSocket, close_all
-from tests.system.test_brokered import BrokerProcess
 
 pytestmark = pytest.mark.system
 

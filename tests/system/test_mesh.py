@@ -5,12 +5,12 @@ edge routers. Topologies and short routing timers come from tests/system/meshhar
 from __future__ import annotations
 
 import collections
-import pathlib
 import re
 import time
 
 import pytest
 
+from tests.paths import REPO
 from tests.system.clients import Consumer, Producer, close_all
 from tests.system.harness import RouterProcess, free_port
 from tests.system.meshharness import Mesh
@@ -181,7 +181,7 @@ def test_multicast_reaches_every_consumer_once_in_a_triangle(mesh):
 
 
 def test_waypoint_broker_on_another_router(mesh, tmp_path):
-    from tests.system.test_brokered import BROKER_XML, BrokerProcess
+    from tests.system.brokerharness import BROKER_XML, BrokerProcess
 
     line(mesh)
     conf = tmp_path / "broker.xml"
@@ -381,14 +381,13 @@ def test_management_from_an_edge_reaches_a_remote_interior(mesh):
     with ManagementClient(bus, timeout=10, router_id="IB") as client:
         assert [r["id"] for r in client.query("org.apache.qpid.dispatch.router", ["id"])] == ["IB"]
     out = subprocess.run([sys.executable, "-m", "tools.tdstat", "-g", "-r", "IB", "-b", bus, "-t", "10"],
-                         cwd=pathlib.Path(__file__).resolve().parents[2], capture_output=True, text=True,
-                         timeout=60)
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[1] == "IB" and "  Router Id                        IB" in lines
 
 
-CONF_MESH = pathlib.Path(__file__).resolve().parents[2] / "conf" / "mesh"
+CONF_MESH = REPO / "conf" / "mesh"
 
 
 @pytest.mark.parametrize("topology,files,pairs", [

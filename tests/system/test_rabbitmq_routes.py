@@ -9,10 +9,9 @@ import pytest
 from proton import Message
 from proton.utils import BlockingConnection
 
+from tests.system.brokerharness import AUTO_LINKS, LINK_ROUTES, BrokerProcess, receive_all, send_all
 from tests.system.clients import Consumer, Producer
 from tools.rabbitmq import RabbitNode, require_rabbitmq
-from tests.system.test_broker_linkroute import AUTO_LINKS, LINK_ROUTES, receive_all, send_all
-from tests.system.test_brokered import BrokerProcess
 
 pytestmark = pytest.mark.system
 

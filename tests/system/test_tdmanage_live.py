@@ -10,9 +10,8 @@ import time
 import pytest
 
 from tests.system.clients import Consumer, Producer, close_all
-from tests.system.harness import free_port
+from tests.system.harness import free_port, run_tool
 from tests.system.meshharness import Mesh
-from tests.system.test_tdstat_live import run_tool
 
 pytestmark = pytest.mark.system
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from tests.system.clients import Consumer, Producer, close_all
-from tests.system.harness import REPO_ROOT
+from tests.system.harness import run_tool
 
 pytestmark = pytest.mark.system
 
@@ -47,15 +45,6 @@ autoLink {
     connection: broker
 }
 """
-
-
-def run_tool(module: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT)
-    if check:
-        assert proc.returncode == 0, f"{module} {args} failed ({proc.returncode}):\n{proc.stderr}"
-    return proc
 
 
 def tdstat(router, *args: str) -> str:
