@@ -1,5 +1,5 @@
 """Address limits in tdbroker (issue 10: 400 MB were accepted against a 10 MB FAIL limit, silently):
-max-size-bytes with FAIL / DROP / BLOCK, global-max-size, PAGE accepted (tests/unit/test_broker_paging.py
+max-size-bytes with FAIL / DROP / BLOCK, global-max-size, PAGE accepted (tests/unit/broker/test_paging.py
 pages), and a multi-frame message refused while it still arrives. In memory, a real Broker behind proton peers."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Regression tests for what the fuzz campaign (tools/fuzz, docs/robustness.md) and its review found,
-each feeding the exact input that failed. Management findings are in test_management_malformed.py.
+each feeding the exact input that failed. Management findings are in wire/test_management.py.
 
 Each finding is fixed; the test fails if it comes back.
 """
