@@ -8,7 +8,7 @@ per message goes through the
 functions here; cold paths (open, attach, detach, close) may use the object API.
 
 Written against python-qpid-proton 0.40.0 (pinned in pyproject.toml): an upgrade touches only this file,
-and ``tests/unit/test_raw.py`` exercises every function defined here against a real engine pair.
+and ``tests/unit/wire/test_raw.py`` exercises every function defined here against a real engine pair.
 
 Pointers handed around are cffi ``cdata`` values; they hash and compare by address, so they can key
 dicts directly. A pointer must be dropped from every dict before the object it points to is freed

@@ -10,7 +10,7 @@ exception or a logged traceback.
 :class:`router.mesh.engine.RoutingEngine`. Property: nothing escapes ``receive`` / ``tick``, the engine's
 state stays readable (``nodes()``, routes), the core is told only well-typed things, a message costs at most
 one warning, never a traceback. (That the warnings for a stream of bad messages are rate-limited is a unit
-test: tests/unit/test_fuzz_regressions.py.)
+test: tests/unit/tools/test_fuzz.py.)
 
 ``config-router`` / ``config-broker``: mutated qdrouterd.conf / broker.xml text. Property: a parsed
 configuration or the module's configuration error whose text begins ``FILE:LINE:`` (what the daemons
