@@ -11,12 +11,15 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import socket
+import ssl
 from dataclasses import dataclass
 from typing import Callable
 
 import trio
 
 from wire.connection import EngineConnection, printable
+from wire.tls import ClientTls, ServerTls, peer_info
 
 log = logging.getLogger("wire.driver")
 
@@ -44,6 +47,16 @@ ACCEPT_ERROR_LOG_INTERVAL = 10.0
 # ones are simply closed (an answer must not cost more than the limit protects).
 REFUSE_GRACE_SECONDS = 5.0
 MAX_REFUSING = 64
+# A TLS record starts with its content type; a handshake record (the ClientHello) is 22 (RFC 8446 §5.1,
+# RFC 5246 §6.2.1). An AMQP client starts with "AMQP" (AMQP 1.0 §2.2), so the first byte tells a listener
+# whose TLS is optional which one is coming (as Dispatch does on such listeners).
+TLS_HANDSHAKE_RECORD = 0x16
+# A connector's TLS handshake must finish within this time: a server that accepts TCP and then says
+# nothing must not hold the connector for ever (listeners use their handshake timeout instead).
+CONNECT_TLS_HANDSHAKE_SECONDS = 30.0
+# The AMQP handshake's share of a listener's handshake timeout after TLS used nearly all of it: a tiny
+# positive time (0 would mean "no timeout").
+MIN_HANDSHAKE_REMAINDER = 1e-3
 _ACCEPT_RETRY_ERRNOS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 
 
@@ -140,10 +153,70 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection, *,
 
 
 async def _aclose_quietly(stream: trio.abc.Stream) -> None:
+    # A TLS stream sends close_notify first, which blocks on a peer that does not read: bounded (when the
+    # time is up, trio closes the socket anyway).
+    with trio.move_on_after(CLOSE_GRACE_SECONDS):
+        try:
+            await stream.aclose()
+        except Exception:  # the peer may already be gone; nothing to tell anyone
+            pass
+
+
+class TlsHandshakeError(OSError):
+    """A TLS handshake failed (untrusted or expired certificate, wrong name, no common protocol...);
+    an OSError so that a connector counts it as a failed connection attempt."""
+
+
+def _tls_failure(exc: BaseException) -> str:
+    """The reason a handshake failed, from trio's BrokenResourceError and the SSLError behind it."""
+    cause = exc.__cause__ or exc.__context__ or exc
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {cause.verify_message or cause}"
+    if isinstance(cause, ssl.SSLError):
+        return cause.reason or str(cause)
+    return str(cause) or type(cause).__name__
+
+
+async def tls_handshake(stream: trio.abc.Stream, context: ssl.SSLContext, *, server_side: bool,
+                        server_hostname: str | None = None) -> trio.SSLStream:
+    """Wrap ``stream`` in TLS and complete the handshake; raises :class:`TlsHandshakeError`."""
+    tls_stream = trio.SSLStream(stream, context, server_side=server_side, server_hostname=server_hostname)
     try:
-        await stream.aclose()
-    except Exception:  # the peer may already be gone; nothing to tell anyone
-        pass
+        await tls_stream.do_handshake()
+    except trio.BrokenResourceError as exc:
+        await _aclose_quietly(tls_stream)
+        raise TlsHandshakeError(f"TLS handshake failed: {_tls_failure(exc)}") from exc
+    return tls_stream
+
+
+async def open_stream(host: str, port: int, tls: ClientTls | None = None) -> trio.abc.Stream:
+    """A client stream to host:port, over TLS when ``tls`` is given (the server is verified as the
+    context says; the name checked is ``tls.server_hostname`` or ``host``). Raises OSError."""
+    stream = await trio.open_tcp_stream(host, port)
+    if tls is None:
+        return stream
+    try:
+        with trio.fail_after(CONNECT_TLS_HANDSHAKE_SECONDS):
+            return await tls_handshake(stream, tls.context, server_side=False,
+                                       server_hostname=tls.server_hostname or host)
+    except trio.TooSlowError:
+        await _aclose_quietly(stream)
+        raise TlsHandshakeError(f"TLS handshake with {host}:{port} took over "
+                                f"{CONNECT_TLS_HANDSHAKE_SECONDS:g}s") from None
+
+
+async def _first_byte(stream: trio.SocketStream) -> int | None:
+    """The first byte the peer sent, left unread (MSG_PEEK); None if it closed first."""
+    data = await stream.socket.recv(1, socket.MSG_PEEK)
+    return data[0] if data else None
+
+
+def _attach_tls(engine: EngineConnection, stream: trio.abc.Stream) -> None:
+    """Tell the engine what TLS established: ``engine.tls`` (a :class:`wire.tls.TlsPeerInfo`, None
+    on plaintext) and ``engine.tls_peer_subject`` (the client certificate's subject, for SASL EXTERNAL)."""
+    info = peer_info(stream) if isinstance(stream, trio.SSLStream) else None
+    engine.tls = info
+    engine.tls_peer_subject = info.peer_subject if info else None
 
 
 def _remote_host(stream: trio.abc.Stream) -> str:
@@ -176,18 +249,59 @@ class ConnectionLimit:
 
 
 def connection_handler(make_engine: Callable[[str], EngineConnection], *,
-                       limits: tuple[ConnectionLimit, ...] = (), handshake_timeout: float = 0.0):
+                       limits: tuple[ConnectionLimit, ...] = (), handshake_timeout: float = 0.0,
+                       tls: ServerTls | None = None):
     """The per-accepted-socket task of a listener: make an engine and run the connection.
 
     Each of ``limits`` must have room for a new connection, else the peer's OPEN is answered with
     ``amqp:resource-limit-exceeded`` (at most MAX_REFUSING such answers at once; past that the socket is
-    simply closed). ``handshake_timeout`` is passed to :func:`run_connection`.
+    simply closed). ``handshake_timeout`` (0 = none) bounds the TLS handshake and the AMQP handshake
+    together (see :func:`run_connection`).
+
+    With ``tls``, the connection runs over TLS; the engine is made after the TLS handshake and carries
+    what it established (:func:`_attach_tls`). When ``tls.required`` is false, a peer whose first byte
+    is not a TLS handshake record gets plaintext; when it is true, such a peer is answered in plaintext
+    with ``amqp:unauthorized-access`` ("TLS required") and closed. A failed TLS handshake (untrusted,
+    expired or missing client certificate...) closes the socket with a log line naming the reason.
     """
     refusing = 0
 
-    async def handle(stream: trio.SocketStream) -> None:
+    async def refuse(stream: trio.abc.Stream, engine: EngineConnection, condition: str, description: str):
         nonlocal refusing
+        engine.refuse(condition, description)
+        refusing += 1
+        try:
+            with trio.move_on_after(REFUSE_GRACE_SECONDS):
+                await run_connection(stream, engine)
+        finally:
+            refusing -= 1
+
+    async def secure(stream: trio.SocketStream, remote: str, deadline: float):
+        """The stream to run AMQP on: TLS, or plaintext where the listener allows it; None when the
+        connection is to be dropped, and the reason when it is to be refused."""
+        with trio.move_on_at(deadline) as timer:
+            first = await _first_byte(stream)
+            if first is None:
+                return None, None
+            if first != TLS_HANDSHAKE_RECORD:
+                if tls.required:
+                    log.info("connection from %s refused: plaintext on a listener that requires TLS",
+                             printable(remote))
+                    return stream, "this listener requires TLS (requireSsl)"
+                return stream, None
+            try:
+                return await tls_handshake(stream, tls.context, server_side=True), None
+            except TlsHandshakeError as exc:
+                log.info("connection from %s: %s", printable(remote), exc)
+                return None, None
+        if timer.cancelled_caught:
+            log.info("connection from %s: no TLS handshake within %gs of connecting: disconnected",
+                     printable(remote), handshake_timeout)
+        return None, None
+
+    async def handle(stream: trio.SocketStream) -> None:
         remote = _remote_host(stream)
+        started = trio.current_time()
         taken = []
         for limit in limits:
             if not limit.try_acquire():
@@ -198,26 +312,38 @@ def connection_handler(make_engine: Callable[[str], EngineConnection], *,
             if over and refusing >= MAX_REFUSING:
                 await _aclose_quietly(stream)
                 return
+            plaintext_refused = None
+            if tls is not None:
+                deadline = started + handshake_timeout if handshake_timeout > 0 else math.inf
+                secured, plaintext_refused = await secure(stream, remote, deadline)
+                if secured is None:
+                    await _aclose_quietly(stream)
+                    return
+                stream = secured
             try:
                 engine = make_engine(remote)
             except Exception:
                 log.exception("refusing connection from %s", printable(remote))
                 await _aclose_quietly(stream)
                 return
+            _attach_tls(engine, stream)
+            if plaintext_refused:
+                if refusing >= MAX_REFUSING:
+                    await _aclose_quietly(stream)
+                    return
+                await refuse(stream, engine, "amqp:unauthorized-access", plaintext_refused)
+                return
             if not over:
-                await run_connection(stream, engine, handshake_timeout=handshake_timeout)
+                timeout = handshake_timeout
+                if timeout > 0:  # what the TLS handshake left of it (0 would mean "none")
+                    timeout = max(timeout - (trio.current_time() - started), MIN_HANDSHAKE_REMAINDER)
+                await run_connection(stream, engine, handshake_timeout=timeout)
                 return
             limit = limits[len(taken)]
             log.warning("connection %d from %s refused: %d %s open, the limit", engine.id,
                         printable(remote), limit.open, limit.what)
-            engine.refuse("amqp:resource-limit-exceeded",
-                          f"connection limit reached ({limit.maximum} {limit.what})")
-            refusing += 1
-            try:
-                with trio.move_on_after(REFUSE_GRACE_SECONDS):
-                    await run_connection(stream, engine)
-            finally:
-                refusing -= 1
+            await refuse(stream, engine, "amqp:resource-limit-exceeded",
+                         f"connection limit reached ({limit.maximum} {limit.what})")
         finally:
             for limit in taken:
                 limit.release()
@@ -233,14 +359,14 @@ def backing_off(listeners) -> list:
 
 async def serve_listener(host: str, port: int, make_engine: Callable[[str], EngineConnection], *,
                          limits: tuple[ConnectionLimit, ...] = (), handshake_timeout: float = 0.0,
-                         task_status=trio.TASK_STATUS_IGNORED) -> None:
+                         tls: ServerTls | None = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Listen on host:port and run each accepted connection; reports the bound listeners via start().
 
-    An empty host or 0.0.0.0 binds every IPv4 interface; "::" every IPv6 one. ``limits`` and
-    ``handshake_timeout``: see :func:`connection_handler`.
+    An empty host or 0.0.0.0 binds every IPv4 interface; "::" every IPv6 one. ``limits``,
+    ``handshake_timeout`` and ``tls``: see :func:`connection_handler`.
     """
     listeners = backing_off(await trio.open_tcp_listeners(port, host=host or None))
-    handle = connection_handler(make_engine, limits=limits, handshake_timeout=handshake_timeout)
+    handle = connection_handler(make_engine, limits=limits, handshake_timeout=handshake_timeout, tls=tls)
     async with trio.open_nursery() as nursery:
         task_status.started(listeners)
         await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
@@ -309,22 +435,24 @@ class Backoff:
 
 
 async def run_connector(host: str, port: int, make_engine: Callable[[str], EngineConnection], backoff: Backoff,
-                        *, on_state: Callable[[str], None] | None = None) -> None:
+                        *, on_state: Callable[[str], None] | None = None, tls: ClientTls | None = None) -> None:
     """Keep a connection to host:port up, reconnecting with backoff. Returns when attempts run out.
 
-    A connection that reached the open state resets the failure count.
+    A connection that reached the open state resets the failure count. With ``tls`` the connection runs
+    over TLS (:func:`open_stream`); a failed handshake (untrusted server, wrong name) is a failed attempt.
     """
     failures = 0
     state = on_state or (lambda s: None)
     while True:
         state("CONNECTING")
         try:
-            stream = await trio.open_tcp_stream(host, port)
+            stream = await open_stream(host, port, tls)
         except OSError as exc:
             failures += 1
             log.info("connector to %s:%s failed (attempt %d): %s", host, port, failures, exc)
         else:
             engine = make_engine(f"{host}:{port}")
+            _attach_tls(engine, stream)
             state("SUCCESS")
             await run_connection(stream, engine)
             failures = 0 if engine.connection.remote_container else failures + 1

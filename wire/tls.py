@@ -1,0 +1,302 @@
+"""TLS for listeners and connectors (router and broker): Dispatch's ``sslProfile`` made into SSL contexts.
+
+A :class:`TlsProfile` holds one ``sslProfile``'s attributes (Qpid Dispatch Router's management schema,
+``qdrouterd.json``, entity ``sslProfile``): ``certFile``, ``privateKeyFile``, ``caCertFile``, ``password``
+(or the older ``passwordFile``), ``ciphers`` and ``protocols``. It makes the two kinds of context:
+
+- :meth:`TlsProfile.server_context` for a listener: presents ``certFile``/``privateKeyFile``; with
+  ``verify_client`` it requires a client certificate signed by ``caCertFile`` (Dispatch's listener
+  ``authenticatePeer`` with SASL EXTERNAL, Artemis's acceptor ``needClientAuth=true``).
+- :meth:`TlsProfile.client_context` for a connector: verifies the server against ``caCertFile`` (the
+  system's trust store when none is given) and, unless ``verify_hostname`` is off (Dispatch's connector
+  ``verifyHostname``, default true), that the certificate names the host dialled. A client certificate is
+  presented when the profile has one (for SASL EXTERNAL at the other end).
+
+The minimum protocol is TLS 1.2 unless ``protocols`` names older ones (TLS 1.0/1.1 are deprecated by
+RFC 8996). ``ciphers`` is an OpenSSL cipher list and applies to TLS 1.2 and below; TLS 1.3 suites are
+OpenSSL's defaults (Python's ssl module cannot set them).
+
+``password`` takes Dispatch's forms: ``env:VAR`` (from the environment), ``file:PATH`` (the file's first
+line), ``literal:TEXT`` or ``pass:TEXT``, or plain text. It decrypts an encrypted private key.
+
+Every problem a profile can have (a file missing or unreadable, a key that does not match the certificate
+or whose password is wrong, an unknown protocol, a cipher list OpenSSL rejects) raises
+:class:`TlsConfigError` naming the attribute and the path or value, when the context is made, i.e. at
+start-up; the configuration layer adds FILE:LINE. The same errors are found by :meth:`TlsProfile.check`.
+
+The wire itself is Trio's :class:`trio.SSLStream` (wire/driver.py; :class:`ServerTls` and
+:class:`ClientTls` carry a context to a listener or connector).
+:func:`peer_info` reads what the handshake established (protocol, cipher, the peer's certificate subject
+in RFC 4514 form) for SASL EXTERNAL and for the management ``connection`` entity's ``isEncrypted``,
+``sslProto``, ``sslCipher`` and ``sslSsf``.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass, field
+
+# Dispatch's ``protocols`` names (OpenSSL's spelling) and the versions they mean.
+PROTOCOL_VERSIONS = {
+    "TLSv1": ssl.TLSVersion.TLSv1,
+    "TLSv1.1": ssl.TLSVersion.TLSv1_1,
+    "TLSv1.2": ssl.TLSVersion.TLSv1_2,
+    "TLSv1.3": ssl.TLSVersion.TLSv1_3,
+}
+# Without ``protocols``: TLS 1.2 and up (RFC 8996 deprecates 1.0 and 1.1).
+DEFAULT_MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2
+
+# Short names OpenSSL uses in subjects, for the RFC 4514 form of a peer's subject (RFC 4514 §3 lists
+# CN, L, ST, O, OU, C, STREET, DC, UID); Python's ssl module gives the long names.
+_SUBJECT_SHORT_NAMES = {
+    "commonName": "CN",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "streetAddress": "STREET",
+    "domainComponent": "DC",
+    "userId": "UID",
+    "emailAddress": "emailAddress",
+}
+
+
+class TlsConfigError(ValueError):
+    """An ``sslProfile`` that cannot be used: names the attribute and the path or value at fault."""
+
+    def __init__(self, attribute: str, message: str):
+        super().__init__(f"{attribute}: {message}")
+        self.attribute = attribute
+
+
+@dataclass(frozen=True)
+class TlsPeerInfo:
+    """What a TLS handshake established about one connection."""
+
+    protocol: str  # e.g. "TLSv1.3" (Dispatch's connection attribute sslProto)
+    cipher: str  # OpenSSL's cipher name (sslCipher)
+    bits: int  # secret bits of the cipher (sslSsf)
+    peer_subject: str | None  # the peer certificate's subject, RFC 4514 (None: no certificate)
+    peer_certificate: bytes | None = field(default=None, repr=False)  # DER, for fingerprints
+
+
+@dataclass(frozen=True)
+class TlsProfile:
+    """One ``sslProfile``: certificate, key, trusted CAs, key password, ciphers and protocols.
+
+    Paths are used as given (the configuration layer resolves them against the config file's folder).
+    """
+
+    name: str = ""
+    cert_file: str | None = None
+    private_key_file: str | None = None
+    ca_cert_file: str | None = None
+    password: str | None = field(default=None, repr=False)
+    password_file: str | None = None
+    ciphers: str | None = None
+    protocols: str | None = None
+
+    # Dispatch's attribute names, in the order they are checked.
+    ATTRIBUTES = ("name", "certFile", "privateKeyFile", "caCertFile", "password", "passwordFile",
+                  "ciphers", "protocols")
+
+    @classmethod
+    def from_attributes(cls, attrs: dict) -> "TlsProfile":
+        """A profile from Dispatch's attribute names (``certFile`` ...); an unknown name is an error."""
+        unknown = sorted(set(attrs) - set(cls.ATTRIBUTES))
+        if unknown:
+            raise TlsConfigError(unknown[0], f"not an sslProfile attribute (known: {', '.join(cls.ATTRIBUTES)})")
+        return cls(name=attrs.get("name", ""), cert_file=attrs.get("certFile"),
+                   private_key_file=attrs.get("privateKeyFile"), ca_cert_file=attrs.get("caCertFile"),
+                   password=attrs.get("password"), password_file=attrs.get("passwordFile"),
+                   ciphers=attrs.get("ciphers"), protocols=attrs.get("protocols"))
+
+    # -- contexts -------------------------------------------------------------------------------------
+
+    def server_context(self, *, verify_client: bool = False) -> ssl.SSLContext:
+        """A listener's context: presents certFile; with ``verify_client`` a client certificate signed by
+        caCertFile is required (a handshake without one fails)."""
+        if not self.cert_file:
+            raise TlsConfigError("certFile", f"sslProfile {self.name!r} has no certFile: a TLS listener "
+                                 "must present a certificate")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._common(ctx)
+        if verify_client:
+            if not self.ca_cert_file:
+                raise TlsConfigError("caCertFile", f"sslProfile {self.name!r} has no caCertFile: needed to "
+                                     "verify client certificates")
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
+    def client_context(self, *, verify_hostname: bool = True) -> ssl.SSLContext:
+        """A connector's context: verifies the server against caCertFile (the system's CAs when the
+        profile has none) and, with ``verify_hostname``, that its certificate names the host."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = verify_hostname
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        if not self.ca_cert_file:
+            ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+        self._common(ctx)
+        return ctx
+
+    def check(self) -> None:
+        """Raise :class:`TlsConfigError` for anything that would make a context fail (for start-up)."""
+        if self.cert_file:
+            self.server_context()
+        else:
+            self.client_context()
+
+    def _common(self, ctx: ssl.SSLContext) -> None:
+        self._set_protocols(ctx)
+        if self.ciphers:
+            try:
+                ctx.set_ciphers(self.ciphers)
+            except ssl.SSLError as exc:
+                raise TlsConfigError("ciphers", f"{self.ciphers!r}: OpenSSL accepts none of these ({exc})") from None
+        if self.ca_cert_file:
+            _readable("caCertFile", self.ca_cert_file)
+            try:
+                ctx.load_verify_locations(cafile=self.ca_cert_file)
+            except ssl.SSLError as exc:
+                raise TlsConfigError("caCertFile", f"{self.ca_cert_file}: not PEM certificates ({exc})") from None
+        if self.cert_file:
+            self._load_chain(ctx)
+        elif self.private_key_file:
+            raise TlsConfigError("privateKeyFile", f"{self.private_key_file}: given without a certFile")
+
+    def _load_chain(self, ctx: ssl.SSLContext) -> None:
+        _readable("certFile", self.cert_file)
+        if self.private_key_file:
+            _readable("privateKeyFile", self.private_key_file)
+        password = self.key_password()
+        try:
+            # A callable: without a password, an encrypted key fails instead of prompting on the terminal.
+            ctx.load_cert_chain(self.cert_file, self.private_key_file, password=lambda: password or "")
+        except ssl.SSLError as exc:
+            raise self._chain_error(exc) from None
+
+    def _chain_error(self, exc: ssl.SSLError) -> TlsConfigError:
+        key = self.private_key_file or self.cert_file
+        reason = (exc.reason or "").upper()
+        if "KEY_VALUES_MISMATCH" in reason:
+            return TlsConfigError("privateKeyFile", f"{key}: the key does not match certFile {self.cert_file}")
+        # OpenSSL says only "PEM lib" for a wrong password: an encrypted key tells the two apart.
+        if _is_encrypted_key(key):
+            if self.password is None and self.password_file is None:
+                return TlsConfigError("password", f"{key}: the private key is encrypted and the profile has "
+                                      "no password (or passwordFile)")
+            which = "password" if self.password is not None else "passwordFile"
+            return TlsConfigError(which, f"{key}: wrong password for the private key")
+        which = "privateKeyFile" if self.private_key_file else "certFile"
+        return TlsConfigError(which, f"{key}: not a PEM private key matching certFile {self.cert_file} ({exc})")
+
+    def _set_protocols(self, ctx: ssl.SSLContext) -> None:
+        if not self.protocols:
+            ctx.minimum_version = DEFAULT_MINIMUM_VERSION
+            return
+        names = self.protocols.replace(",", " ").split()
+        unknown = [n for n in names if n not in PROTOCOL_VERSIONS]
+        if unknown or not names:
+            raise TlsConfigError("protocols", f"{self.protocols!r}: unknown protocol {' '.join(unknown)} "
+                                 f"(known: {' '.join(PROTOCOL_VERSIONS)})")
+        versions = sorted(PROTOCOL_VERSIONS[n] for n in names)
+        # OpenSSL allows a range: the versions listed are its ends (a gap inside cannot be expressed).
+        ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+
+    def key_password(self) -> str | None:
+        """The private key's password from ``password`` (env:/file:/literal:/pass: or plain) or
+        ``passwordFile``; None when the profile has neither."""
+        if self.password is not None:
+            scheme, sep, rest = self.password.partition(":")
+            if sep and scheme == "env":
+                value = os.environ.get(rest)
+                if value is None:
+                    raise TlsConfigError("password", f"env:{rest}: no such environment variable")
+                return value
+            if sep and scheme == "file":
+                return _first_line("password", rest)
+            if sep and scheme in ("literal", "pass"):
+                return rest
+            return self.password
+        if self.password_file:
+            return _first_line("passwordFile", self.password_file)
+        return None
+
+
+def _readable(attribute: str, path: str) -> None:
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as exc:
+        raise TlsConfigError(attribute, f"{path}: {exc.strerror or exc}") from None
+
+
+def _is_encrypted_key(path: str) -> bool:
+    """True when the PEM file holds an encrypted private key (PKCS#8 or OpenSSL's legacy header)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in text or b"Proc-Type: 4,ENCRYPTED" in text
+
+
+def _first_line(attribute: str, path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TlsConfigError(attribute, f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def subject_string(cert: dict | None) -> str | None:
+    """A certificate's subject (as ``SSLSocket.getpeercert()`` gives it) in RFC 4514 form: the most
+    specific part first, e.g. ``CN=router1,O=Example``; None without a certificate."""
+    if not cert or "subject" not in cert:
+        return None
+    parts = []
+    for rdn in reversed(cert["subject"]):
+        parts.append("+".join(f"{_SUBJECT_SHORT_NAMES.get(k, k)}={_escape(v)}" for k, v in rdn))
+    return ",".join(parts)
+
+
+def _escape(value: str) -> str:
+    # RFC 4514 §2.4: these characters are escaped with a backslash; so are a leading space or '#'
+    # and a trailing space.
+    out = "".join("\\" + ch if ch in ',+"\\<>;=' else ch for ch in value)
+    if out.startswith((" ", "#")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+def peer_info(ssl_object: ssl.SSLObject) -> TlsPeerInfo:
+    """What ``ssl_object``'s completed handshake established (trio.SSLStream exposes it by attribute:
+    ``stream.version()``, ``stream.cipher()``, ``stream.getpeercert()``; any of them works here)."""
+    name, _proto, bits = ssl_object.cipher() or ("", "", 0)
+    der = ssl_object.getpeercert(binary_form=True)
+    # getpeercert() decodes only a verified certificate; an unverified one gives {} (no subject known).
+    return TlsPeerInfo(protocol=ssl_object.version() or "", cipher=name, bits=bits or 0,
+                       peer_subject=subject_string(ssl_object.getpeercert()) if der else None,
+                       peer_certificate=der)
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """A listener's TLS: its context, and whether plaintext is refused (Dispatch's listener
+    ``requireSsl``, default true when an sslProfile is given) or accepted beside TLS."""
+
+    context: ssl.SSLContext
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """A connector's TLS: its context and the name the server's certificate must carry (and that SNI
+    sends); None means the host dialled."""
+
+    context: ssl.SSLContext
+    server_hostname: str | None = None
