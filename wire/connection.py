@@ -9,6 +9,13 @@ Events are drained from the collector with raw engine calls. The two that happen
 incoming deliveries through :class:`wire.assembly.MessageAssembler`, which hands over whole messages), or
 to the handler with raw pointers for links nobody owns. The rest (open, attach, detach, close) are
 handled here with the object API and reported to the handler as cold calls.
+
+When the settings ask for it (``sasl_users`` on a listener, ``sasl_client_mechanisms`` on a connector),
+our SASL layer (:mod:`wire.saslserver`, :mod:`wire.sasl`) stands between the socket and the engine until
+the exchange succeeded; ``user`` and ``sasl_mechanism`` then tell who logged in and how.
+
+Why one module of ~630 lines: the byte path (SASL in front, output accounting, back-pressure) and the
+event dispatch share the engine's state and must be read together.
 """
 
 from __future__ import annotations
@@ -56,6 +63,12 @@ class ConnectionSettings:
     # A client with a user name logs in with SASL PLAIN (see wire/sasl.py); None = ANONYMOUS.
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)  # kept out of logged reprs
+    # Server: a wire.users.Users puts our SASL layer (wire/saslserver.py) in front of the engine, which
+    # checks PLAIN and SCRAM logins against it; None = proton's SASL (ANONYMOUS only), as before.
+    sasl_users: object | None = field(default=None, repr=False)
+    # Client: mechanisms to log in with through our SASL layer ("SCRAM-SHA-512 SCRAM-SHA-256 PLAIN"),
+    # first offered wins; None = proton's SASL (PLAIN with sasl_username, else ANONYMOUS), as before.
+    sasl_client_mechanisms: str | None = None
     container_id: str = "trio-dispatch"
     link_capacity: int = 250  # credit window per incoming link (Dispatch's linkCapacity default)
     max_message_size: int = 0  # bytes; 0 = no limit
@@ -127,7 +140,14 @@ class EngineConnection:
         t.channel_max = max(0, settings.max_sessions - 1)
         if settings.idle_timeout_seconds:
             t.idle_timeout = settings.idle_timeout_seconds
-        self._setup_sasl(server)
+        from wire.sasl import sasl_layer
+
+        # Our SASL layer when the settings ask for it (users to check, or SCRAM to log in with); the
+        # engine then runs without SASL and sees only what follows a successful exchange.
+        self.sasl = sasl_layer(settings, server=server)
+        self._sasl_pending = self.sasl is not None  # the layer still stands between socket and engine
+        if self.sasl is None:
+            self._setup_sasl(server)
         t.bind(self.connection)
         c = self.connection
         c.container = settings.container_id
@@ -174,9 +194,49 @@ class EngineConnection:
         configure_sasl(self.transport, self.settings, server=server, connection=self.connection,
                        remote_host=self.remote_host)
 
+    @property
+    def user(self) -> str | None:
+        """The user this connection authenticated as (None: anonymous, or proton's SASL did the login)."""
+        return self.sasl.user if self.sasl is not None and self.sasl.done else None
+
+    @property
+    def sasl_mechanism(self) -> str | None:
+        """The SASL mechanism our layer ran (None when proton's SASL ran or the client skipped SASL)."""
+        return self.sasl.mechanism if self.sasl is not None and self.sasl.done else None
+
+    def _sasl_output(self) -> bytes | None:
+        """Output while our SASL layer stands in front: its frames, then the engine's own (held back until
+        the exchange succeeded); None once it failed and its last frame is out."""
+        layer = self.sasl
+        layer.hold(_OUTPUT.take_bytes(self._transport_ptr))  # the driver must not see bytes it cannot send yet
+        out = layer.take_output()
+        if out:
+            return out
+        if layer.failed:
+            self._end_after_sasl_failure()
+            return None
+        if layer.done:
+            self._sasl_pending = False
+        return b""
+
+    def _end_after_sasl_failure(self) -> None:
+        """The SASL exchange failed and its last frame is written: end the engine (the handler hears
+        on_connection_close) and keep the layer's reason as this connection's error."""
+        if not self.finished:
+            log.info("connection %d (%s): SASL: %s", self.id, printable(self.remote_host), printable(self.sasl.error))
+            raw.transport_close_tail(self._transport_ptr)
+            raw.transport_close_head(self._transport_ptr)
+            self.process()
+        self.error = self.sasl.error
+
     # -- bytes in/out ---------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
         """Push received bytes into the engine and handle the resulting events."""
+        if self._sasl_pending:
+            data = self.sasl.feed(data)  # what follows a successful exchange, for the engine
+            if not data:
+                self.wake()  # the layer may have something to say
+                return
         tp = self._transport_ptr
         view = data
         while view:
@@ -193,6 +253,10 @@ class EngineConnection:
         """The peer closed its sending side. Whatever the engine still has to say may be written, then
         the connection is over (the driver stops once output runs dry), even mid-frame."""
         self.eof = True
+        if self._sasl_pending and not self.sasl.done:
+            self.sasl.fail("amqp:connection:framing-error: peer closed the connection during SASL")
+            self._end_after_sasl_failure()
+            return
         raw.transport_close_tail(self._transport_ptr)
         self.process()
 
@@ -208,6 +272,8 @@ class EngineConnection:
 
     def take_output(self) -> bytes | None:
         """Pending output (up to OUTPUT_CHUNK bytes); b"" when none; None once the head is closed."""
+        if self._sasl_pending:
+            return self._sasl_output()
         out = _OUTPUT.take_bytes(self._transport_ptr)
         if out and self.out_pending:
             self._output_taken(len(out))

@@ -1,21 +1,42 @@
 """SASL set-up for listeners and connectors.
 
-Servers offer ANONYMOUS only (PLAIN against a users file would plug in here). Clients log in with
-ANONYMOUS, or with PLAIN when their :class:`wire.connection.ConnectionSettings` carry a
-``sasl_username``. ``configure_sasl`` is the single place that decides which mechanisms a listener
-offers and how a connector authenticates, so adding an authenticator touches this module and the
-listener's configuration only.
+Two ways a connection does SASL, chosen by :func:`sasl_layer` from its
+:class:`wire.connection.ConnectionSettings`:
+
+- proton's own SASL (the behaviour when no users are configured): servers offer ANONYMOUS only; clients
+  log in with ANONYMOUS, or with PLAIN when the settings carry a ``sasl_username``.
+- our SASL layer (:mod:`wire.saslserver`), in front of an engine configured without SASL: servers whose
+  settings carry ``sasl_users`` (a :class:`wire.users.Users`) offer ANONYMOUS (unless
+  ``authenticate_peer``), PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 and check passwords; clients whose
+  settings name ``sasl_client_mechanisms`` log in with :class:`SaslClient` (SCRAM, which proton's
+  bundled client side lacks, or PLAIN).
+
+``configure_sasl`` and ``sasl_layer`` are the one place that decides which mechanisms a listener offers
+and how a connector authenticates.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 import logging
+import secrets
+
+from wire.amqptypes import Symbol
+from wire.saslserver import (AUTH_FAILED, FRAMING_ERROR, OUTCOME_OK, PLAIN as _PLAIN, SASL_CHALLENGE,
+                             SASL_HEADER, SASL_INIT, SASL_MECHANISMS, SASL_OUTCOME, SASL_RESPONSE,
+                             SCRAM_MECHANISMS, SUPPORTED_MECHANISMS, SaslLayer, SaslServer, SaslProtocolError,
+                             auth_signatures, b64, encode_frame, field, saslname_encode, scram_attributes,
+                             unb64, valid_nonce, xor)
+from wire.users import MAX_ITERATIONS, ScramCredential, normalize_password
 
 log = logging.getLogger("wire.sasl")
 
-# Mechanisms this build can verify on the server side. PLAIN needs a credential store (a later issue).
+# Mechanisms a listener can offer without a users file (proton's SASL), and with one (wire.saslserver;
+# EXTERNAL needs TLS client certificates, which come later).
 SERVER_MECHANISMS = frozenset({"ANONYMOUS"})
+SERVER_MECHANISMS_WITH_USERS = frozenset(m for m in SUPPORTED_MECHANISMS if m != "EXTERNAL")
 # What a client offers: PLAIN when it has credentials (the password is the only secret it can prove),
 # ANONYMOUS otherwise.
 CLIENT_PLAIN = "PLAIN"
@@ -26,15 +47,35 @@ class SaslConfigError(ValueError):
     """A listener asks for a mechanism this build cannot serve."""
 
 
-def server_mechanisms(configured: str | None) -> list[str]:
-    """The mechanisms a listener offers: its ``saslMechanisms`` list, restricted to what we can serve."""
+def server_mechanisms(configured: str | None, *, with_users: bool = False) -> list[str]:
+    """The mechanisms a listener offers: its ``saslMechanisms`` list, restricted to what we can serve
+    (PLAIN and SCRAM only with a users file). SaslConfigError names what cannot be served."""
+    supported = SERVER_MECHANISMS_WITH_USERS if with_users else SERVER_MECHANISMS
     wanted = (configured or "ANONYMOUS").replace(",", " ").split()
-    unknown = [m for m in wanted if m.upper() not in SERVER_MECHANISMS]
+    unknown = [m for m in wanted if m.upper() not in supported]
     if unknown:
+        hint = "" if with_users else " without a users file (sasldb_path)"
         raise SaslConfigError(
-            f"saslMechanisms {' '.join(unknown)} not supported yet (supported: {' '.join(sorted(SERVER_MECHANISMS))})"
+            f"saslMechanisms {' '.join(unknown)} not supported{hint} (supported: {' '.join(sorted(supported))})"
         )
     return [m.upper() for m in wanted]
+
+
+def sasl_layer(settings, *, server: bool) -> SaslLayer | None:
+    """Our SASL layer for a connection with these settings, or None when proton's SASL does the job."""
+    if server:
+        users = getattr(settings, "sasl_users", None)
+        if users is None:
+            return None
+        return SaslServer(users, server_mechanisms(settings.sasl_mechanisms, with_users=True),
+                          allow_anonymous=not settings.authenticate_peer)
+    mechanisms = getattr(settings, "sasl_client_mechanisms", None)
+    if not mechanisms:
+        return None
+    if not getattr(settings, "sasl_username", None):
+        raise SaslConfigError(f"client SASL mechanisms {mechanisms} need a user name")
+    return SaslClient(settings.sasl_username, settings.sasl_password or "",
+                      mechanisms.replace(",", " ").split())
 
 
 def is_loopback(remote_host: str) -> bool:
@@ -80,3 +121,105 @@ def configure_sasl(transport, settings, *, server: bool, connection=None, remote
     sasl.allow_insecure_mechs = True
     if remote_host and not is_loopback(remote_host):
         log.warning("SASL PLAIN to %s sends the password unencrypted (no TLS in this build)", remote_host)
+
+
+# -- our own client half: SCRAM (and PLAIN) without proton's SASL ------------------------------------------
+
+# proton's bundled client side knows ANONYMOUS, PLAIN and EXTERNAL only (no Cyrus SASL in the wheel), so
+# a connector that lists a SCRAM mechanism in ``sasl_client_mechanisms`` logs in through SaslClient.
+CLIENT_MECHANISMS = SCRAM_MECHANISMS + (_PLAIN,)
+CLIENT_NONCE_BYTES = 18
+
+
+class SaslClient(SaslLayer):
+    """The client half of our SASL layer: picks the first of ``mechanisms`` the server offers and logs in.
+
+    SCRAM (RFC 5802 §5, RFC 7677): client-first ``n,,n=USER,r=NONCE`` in sasl-init, client-final in
+    sasl-response, and the server's signature (``v=``, in the outcome's additional-data) is verified:
+    a server that does not know the password cannot pass. PLAIN: ``NUL user NUL password``.
+    """
+
+    def __init__(self, username: str, password: str, mechanisms=CLIENT_MECHANISMS, *, hostname: str | None = None):
+        super().__init__()
+        self.username = username
+        self.password = password
+        self.allowed = [m.upper() for m in mechanisms]
+        unknown = [m for m in self.allowed if m not in CLIENT_MECHANISMS]
+        if unknown:
+            raise SaslConfigError(f"client SASL mechanisms {' '.join(unknown)} not supported "
+                                  f"(supported: {' '.join(CLIENT_MECHANISMS)})")
+        self.hostname = hostname
+        self._state = "mechanisms"
+        self._scram = None
+        self._out += SASL_HEADER  # the client speaks first (AMQP 1.0 §5.3.1)
+
+    def on_header(self, header: bytes) -> bool:
+        if header != SASL_HEADER:
+            raise SaslProtocolError(f"{FRAMING_ERROR}: server answered with protocol header {header!r}, not SASL")
+        return True
+
+    def on_frame(self, code: int, fields: list) -> None:
+        if self._state == "mechanisms" and code == SASL_MECHANISMS:
+            offered = field(fields, 0, list, "sasl-server-mechanisms", required=True)
+            offered = [str(m) for m in offered]
+            chosen = next((m for m in self.allowed if m in offered), None)
+            if chosen is None:
+                self.fail(f"{AUTH_FAILED}: server offers SASL {' '.join(offered)}; we allow {' '.join(self.allowed)}")
+                return
+            self.mechanism = chosen
+            self._out += encode_frame(SASL_INIT, [Symbol(chosen), self._initial_response(chosen), self.hostname])
+            self._state = "outcome" if chosen == _PLAIN else "challenge"
+        elif self._state == "challenge" and code == SASL_CHALLENGE:
+            challenge = field(fields, 0, bytes, "challenge", required=True)
+            self._out += encode_frame(SASL_RESPONSE, [self._client_final(challenge)])
+            self._state = "outcome"
+        elif self._state in ("outcome", "challenge") and code == SASL_OUTCOME:
+            self._outcome(int(field(fields, 0, int, "code", required=True)), field(fields, 1, bytes, "additional-data"))
+        else:
+            raise SaslProtocolError(f"{FRAMING_ERROR}: unexpected SASL performative 0x{code:02x}")
+
+    def _initial_response(self, mechanism: str) -> bytes:
+        if mechanism == _PLAIN:
+            return b"\x00" + self.username.encode("utf-8") + b"\x00" + self.password.encode("utf-8")
+        nonce = secrets.token_urlsafe(CLIENT_NONCE_BYTES)
+        bare = f"n={saslname_encode(self.username)},r={nonce}"
+        self._scram = [nonce, bare, None]
+        return ("n,," + bare).encode("utf-8")
+
+    def _client_final(self, challenge: bytes) -> bytes:
+        nonce, bare, _ = self._scram
+        try:
+            server_first = challenge.decode("ascii")
+        except UnicodeDecodeError:
+            raise SaslProtocolError("SCRAM: server-first-message is not ASCII") from None
+        attrs = scram_attributes(server_first, "rsi")
+        if not attrs["r"].startswith(nonce) or len(attrs["r"]) == len(nonce) or not valid_nonce(attrs["r"]):
+            raise SaslProtocolError("SCRAM: server nonce does not extend ours")
+        if not attrs["i"].isdigit() or not 1 <= int(attrs["i"]) <= MAX_ITERATIONS:
+            raise SaslProtocolError(f"SCRAM: iteration count {attrs['i'][:20]!r} outside 1..{MAX_ITERATIONS}")
+        cred = ScramCredential.derive(self.mechanism, self.password, salt=unb64(attrs["s"], "salt"),
+                                      iterations=int(attrs["i"]))
+        without_proof = f"c={b64(b'n,,')},r={attrs['r']}"
+        auth_message = f"{bare},{server_first},{without_proof}".encode("utf-8")
+        client_signature, server_signature = auth_signatures(cred, auth_message)
+        # ClientKey is recomputed from the password (the credential keeps only its hash, StoredKey).
+        salted = hashlib.pbkdf2_hmac(cred.hash_name, normalize_password(self.password), cred.salt, cred.iterations)
+        client_key = hmac.new(salted, b"Client Key", cred.hash_name).digest()
+        self._scram[2] = server_signature
+        return f"{without_proof},p={b64(xor(client_key, client_signature))}".encode("ascii")
+
+    def _outcome(self, code: int, additional: bytes | None) -> None:
+        if code != OUTCOME_OK:
+            self.fail(f"{AUTH_FAILED}: SASL {self.mechanism} login as {self.username!r} refused (outcome code {code})")
+            return
+        if self.mechanism in SCRAM_MECHANISMS:
+            expected = self._scram[2] if self._scram else None
+            got = additional.decode("ascii", "replace") if additional else ""
+            if expected is None or not hmac.compare_digest(got.encode("ascii", "replace"),
+                                                           f"v={b64(expected)}".encode("ascii")):
+                self.fail(f"{AUTH_FAILED}: SCRAM server signature missing or wrong: the server does not know "
+                          f"{self.username!r}'s password")
+                return
+        self.user = self.username
+        self.done = True
+
