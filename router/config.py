@@ -55,6 +55,20 @@ class Entity:
     def name(self) -> str | None:
         return self.attrs.get("name")
 
+    def __repr__(self) -> str:
+        # A repr can end up in a log line or a traceback: never with a password in it.
+        return f"Entity({self.type!r}, {public_attrs(self.attrs)!r}, {self.path!r}, {self.line})"
+
+
+#: Attributes whose values are secrets: never shown in management results, reprs or logs.
+SECRET_ATTRIBUTES = frozenset({"saslPassword", "password"})
+
+
+def public_attrs(attrs: dict) -> dict:
+    """*attrs* without secret values: a password that is set reads as None (Dispatch's connector
+    ``saslPassword`` is write-only in the same way)."""
+    return {k: (None if k in SECRET_ATTRIBUTES else v) for k, v in attrs.items()}
+
 
 @dataclass
 class RouterConfig:
@@ -241,6 +255,9 @@ def _suggest(word: str, choices: list[str]) -> str:
 
 
 def _section_type(name: str, path: str, line: int) -> schema.EntityType:
+    refusal = schema.unenforced_section(name)
+    if refusal is not None:
+        raise ConfigError(path, line, refusal)
     et = schema.entity_type(name)
     if et is not None:
         return et
@@ -274,6 +291,9 @@ def _build(et: schema.EntityType, items: list, path: str, line: int,
             attrs[canon] = et.attrs[canon].convert(value)
         except ValueError as e:
             raise ConfigError(path, ln, f"{label}: {e}") from None
+        refusal = schema.unenforced(et.name, canon, attrs[canon])
+        if refusal is not None:
+            raise ConfigError(path, ln, f"{label}: {refusal}")
         lines[canon] = ln
     for a in et:
         if a.name not in attrs:
@@ -331,7 +351,21 @@ def _rules_router(ent: Entity, label: str) -> None:
         ent.attrs["name"] = rid
 
 
+def _connector_mechanisms(ent: Entity, label: str) -> None:
+    """A connector logs in with PLAIN when it has a saslUsername, ANONYMOUS otherwise (wire/sasl.py):
+    a saslMechanisms list without that mechanism would be accepted and ignored, so it is refused."""
+    given = schema.mechanisms(ent["saslMechanisms"])
+    used = "PLAIN" if ent["saslUsername"] else "ANONYMOUS"
+    if given and used not in given:
+        raise _err(ent, "saslMechanisms",
+                   f"{label}: saslMechanisms is not enforced yet: this connector logs in with {used} "
+                   f"(PLAIN when saslUsername is given, ANONYMOUS otherwise); use saslMechanisms: {used} "
+                   "or leave it out")
+
+
 def _rules_connection(ent: Entity, label: str) -> None:
+    if ent.type == "connector":
+        _connector_mechanisms(ent, label)
     if ent.type == "connector" and ent["retryMaxDelaySeconds"] < ent["retryDelaySeconds"]:
         raise _err(ent, "retryMaxDelaySeconds",
                    f"{label}: retryMaxDelaySeconds {ent['retryMaxDelaySeconds']} is below "
@@ -378,6 +412,9 @@ def validate_entity(type: str, attrs: dict, path: str = "<management>", line: in
     absent): the caller assigns one.  A ``type`` key naming the same entity
     type is ignored.
     """
+    refusal = schema.unenforced_section(type.removeprefix(schema.SCHEMA_PREFIX))
+    if refusal is not None:
+        raise ConfigError(path, line, refusal)
     et = schema.entity_type(type)
     if et is None:
         raise ConfigError(path, line, f"unknown entity type '{type}'"
@@ -455,12 +492,8 @@ def parse_config(text: str, path: str = "<config>") -> RouterConfig:
         _assign_names(ents, kind)
         setattr(cfg, attr, ents)
 
-    profiles = {e["name"]: e for e in cfg.ssl_profiles}
-    for e in cfg.listeners + cfg.connectors:
-        ref = e["sslProfile"]
-        if ref is not None and ref not in profiles:
-            known = ", ".join(profiles) or "none defined"
-            raise _err(e, "sslProfile", f"{e.type}: sslProfile '{ref}' is not defined ({known})")
+    # sslProfile sections and attributes are refused while TLS is not enforced (schema.UNENFORCED), so
+    # there is no reference between them to check yet.
     modules: dict[str, Entity] = {}
     for e in cfg.logs:
         if e["module"] in modules:

@@ -30,6 +30,7 @@ ACTIVE = "active"        # parsed and acted on
 PENDING = "pending"      # parsed and stored; takes effect in a later release
 INERT = "inert"          # parsed and stored; has no effect in this implementation
 DEPRECATED = "deprecated"  # deprecated in Dispatch; parsed, stored and ignored
+REFUSED = "refused"      # a security setting not enforced yet: refused unless absent or "off" (UNENFORCED)
 
 SCHEMA_PREFIX = "org.apache.qpid.dispatch."
 
@@ -264,9 +265,9 @@ _ROUTER = _entity("router", "router", [
     Attr("workerThreads", "integer", 4, min=1, status=INERT,
          doc="Dispatch's thread count. tdrouterd runs one Trio event loop; accepted and ignored."),
     Attr("debugDumpFile", "path", legacy=("debugDump",), status=INERT, doc="Dispatch debug dump file."),
-    Attr("saslConfigDir", "path", legacy=("saslConfigPath",), status=PENDING,
+    Attr("saslConfigDir", "path", legacy=("saslConfigPath",), status=REFUSED,
          doc="Directory of the Cyrus SASL configuration."),
-    Attr("saslConfigName", "string", "qdrouterd", status=PENDING, doc="SASL configuration name."),
+    Attr("saslConfigName", "string", "qdrouterd", status=REFUSED, doc="SASL configuration name."),
     Attr("allowResumableLinkRoute", "boolean", True, status=PENDING,
          doc="Allow link routes for durable or expiring termini."),
     Attr("timestampsInUTC", "boolean", False, status=PENDING, doc="Log timestamps in UTC instead of local time."),
@@ -300,7 +301,7 @@ def _connection_attrs(kind: str) -> list[Attr]:
              doc="normal: clients; inter-router: another interior router; route-container: "
                  "a broker or other container for link routes and auto-links; edge: edge uplink."),
         Attr("cost", "integer", 1, min=1, doc="inter-router role only: cost of this connection."),
-        Attr("sslProfile", "string", status=PENDING, doc="Name of an sslProfile section."),
+        Attr("sslProfile", "string", status=REFUSED, doc="Name of an sslProfile section."),
         Attr("saslMechanisms", "string", doc="Space separated SASL mechanisms."),
         Attr("maxFrameSize", "integer", 16384, min=512, max=2**32 - 1,
              doc="Largest AMQP frame offered in OPEN."),
@@ -321,7 +322,7 @@ def _connection_attrs(kind: str) -> list[Attr]:
                  "amqp:link:message-size-exceeded and its link detached with that condition."),
         Attr("messageLoggingComponents", "string", "none", legacy=("logMessage",), status=PENDING,
              doc="Message fields to log: 'none', 'all' or a comma list."),
-        Attr("policyVhost", "string", status=PENDING, doc="Policy vhost for this connection."),
+        Attr("policyVhost", "string", status=REFUSED, doc="Policy vhost for this connection."),
         Attr("openProperties", "properties", status=PENDING, doc="JSON map sent as OPEN properties."),
     ]
 
@@ -332,11 +333,11 @@ _LISTENER = _entity("listener", "listener", [
     *_connection_attrs("listener"),
     Attr("socketAddressFamily", "enum", enum=ADDRESS_FAMILIES, legacy=("protocolFamily",), status=PENDING,
          doc="Force IPv4 or IPv6; default: from the host."),
-    Attr("authenticatePeer", "boolean", False, doc="Require an authenticated SASL identity."),
-    Attr("saslPlugin", "string", status=PENDING, doc="Name of an authServicePlugin."),
-    Attr("requireEncryption", "boolean", False, status=PENDING, doc="Require an encrypted connection."),
-    Attr("requireSsl", "boolean", False, status=PENDING, doc="Require TLS."),
-    Attr("trustedCertsFile", "path", legacy=("trustedCerts",), status=PENDING,
+    Attr("authenticatePeer", "boolean", False, status=REFUSED, doc="Require an authenticated SASL identity."),
+    Attr("saslPlugin", "string", status=REFUSED, doc="Name of an authServicePlugin."),
+    Attr("requireEncryption", "boolean", False, status=REFUSED, doc="Require an encrypted connection."),
+    Attr("requireSsl", "boolean", False, status=REFUSED, doc="Require TLS."),
+    Attr("trustedCertsFile", "path", legacy=("trustedCerts",), status=REFUSED,
          doc="PEM file of CAs accepted for client certificates."),
     Attr("initialHandshakeTimeoutSeconds", "integer", 0, min=0,
          doc="Disconnect a client that has not completed the AMQP and SASL handshake (its OPEN) "
@@ -356,7 +357,7 @@ _CONNECTOR = _entity("connector", "connector", [
     *_connection_attrs("connector"),
     Attr("protocolFamily", "enum", enum=ADDRESS_FAMILIES, status=PENDING, doc="Force IPv4 or IPv6."),
     Attr("allowRedirect", "boolean", True, status=PENDING, doc="Follow a peer's redirect."),
-    Attr("verifyHostname", "boolean", True, legacy=("verifyHostName",), status=PENDING,
+    Attr("verifyHostname", "boolean", True, legacy=("verifyHostName",), status=REFUSED,
          doc="Check the peer certificate's host name (TLS)."),
     Attr("saslUsername", "string", doc="SASL user name (PLAIN)."),
     Attr("saslPassword", "string", doc="SASL password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
@@ -436,7 +437,7 @@ _SSL_PROFILE = _entity("sslProfile", "sslProfile", [
     Attr("protocols", "string", doc="Space separated TLS versions."),
     Attr("uidFormat", "string", doc="Certificate fields that make the user id."),
     Attr("uidNameMappingFile", "string", legacy=("displayNameFile",), doc="uid to display-name map."),
-], status=PENDING, doc="TLS settings shared by listeners and connectors.")
+], status=REFUSED, doc="TLS settings shared by listeners and connectors.")
 
 _FLOW_RECORDS = _entity("flowRecords", "flowRecords", [
     _name("Unique name of this entity."),
@@ -453,6 +454,11 @@ _POLICY = _entity("policy", "policy", [
     Attr("maxConnections", "integer", DEFAULT_MAX_CONNECTIONS, min=0,
          doc="Most connections accepted by all listeners together (0 = no limit); one more is answered "
              "with amqp:resource-limit-exceeded and closed."),
+    Attr("enableVhostPolicy", "boolean", False, status=REFUSED, doc="Apply vhost policies to connections."),
+    Attr("enableVhostNamePatterns", "boolean", False, status=REFUSED, doc="Allow wildcard vhost names."),
+    Attr("policyDir", "path", status=REFUSED, doc="Directory of JSON vhost policy files."),
+    Attr("defaultVhost", "string", "$default", status=REFUSED,
+         doc="Vhost applied to connections whose hostname matches no vhost."),
 ], doc="Router-wide connection limits (Dispatch's global policy). Vhost policies are not supported: their "
        "attributes are refused.")
 
@@ -474,7 +480,7 @@ TYPE_ALIASES: dict[str, str] = {
 
 #: Dispatch sections that tdrouterd does not implement (named in the error message)
 UNSUPPORTED_SECTIONS = (
-    "vhost", "authServicePlugin", "exchange", "binding", "tcpListener",
+    "exchange", "binding", "tcpListener",
     "tcpConnector", "httpListener", "httpConnector", "console", "fixedAddress",
     "waypoint", "linkRoutePattern",
 )
@@ -491,3 +497,87 @@ def entity_type(name: str) -> EntityType | None:
     if canon is None:
         canon = TYPE_ALIASES.get(camel_case(name), camel_case(name))
     return ENTITY_TYPES.get(canon)
+
+
+# ---------------------------------------------------------------------------
+# Security settings that are not enforced yet (issue 12)
+# ---------------------------------------------------------------------------
+# A setting that means "secure" and is accepted but ignored leaves the operator believing in a protection
+# that does not exist (a listener with requireSsl taking plaintext anonymous clients). So each one below is
+# refused at start-up with FILE:LINE, and by management CREATE with 400, unless it is absent or has a value
+# that means "off" (``no``/``false``; ``saslMechanisms: ANONYMOUS`` on a listener). docs/configuration.md
+# marks each attribute enforced or refused.
+
+_NO_TLS_LISTENER = ("tdrouterd has no TLS yet, so this listener would accept plaintext connections",
+                    "remove it and keep the listener on 127.0.0.1, or put a TLS terminator (such as stunnel) "
+                    "in front of the router")
+_NO_TLS_CONNECTOR = ("tdrouterd has no TLS yet, so this connector would connect in plaintext",
+                     "remove it (verifyHostname: no is accepted) and connect over a trusted network or a TLS tunnel")
+_NO_AUTH = ("tdrouterd's listeners cannot check passwords yet, so anonymous clients would be let in",
+            "set authenticatePeer: no and keep the listener on 127.0.0.1 or behind a firewall")
+_NO_SASL_CONFIG = ("tdrouterd does not read a Cyrus SASL configuration or users file yet, so no user would "
+                   "be checked", "remove it; listeners offer ANONYMOUS only")
+_NO_VHOSTS = ("vhost policies are not implemented yet, so none of their limits or permissions would apply",
+              "remove it; the policy section's maxConnections is enforced")
+
+#: (section, attribute) -> (why it is refused, what to do instead). Refused unless absent or "off" (see
+#: :func:`unenforced`). A legacy spelling (trustedCerts, saslConfigPath, verifyHostName) is refused alike.
+UNENFORCED: dict[tuple[str, str], tuple[str, str]] = {
+    ("router", "saslConfigDir"): _NO_SASL_CONFIG,
+    ("router", "saslConfigName"): _NO_SASL_CONFIG,
+    ("listener", "sslProfile"): _NO_TLS_LISTENER,
+    ("listener", "requireSsl"): _NO_TLS_LISTENER,
+    ("listener", "requireEncryption"): _NO_TLS_LISTENER,
+    ("listener", "trustedCertsFile"): _NO_TLS_LISTENER,
+    ("listener", "authenticatePeer"): _NO_AUTH,
+    ("listener", "saslMechanisms"): ("listeners offer SASL ANONYMOUS only (there is no users file yet)",
+                                     "use saslMechanisms: ANONYMOUS or leave it out"),
+    ("listener", "saslPlugin"): ("authentication services (authServicePlugin) are not implemented",
+                                 "remove it; listeners offer ANONYMOUS only"),
+    ("listener", "policyVhost"): _NO_VHOSTS,
+    ("connector", "sslProfile"): _NO_TLS_CONNECTOR,
+    ("connector", "verifyHostname"): _NO_TLS_CONNECTOR,
+    ("connector", "policyVhost"): _NO_VHOSTS,
+    ("policy", "enableVhostPolicy"): _NO_VHOSTS,
+    ("policy", "enableVhostNamePatterns"): _NO_VHOSTS,
+    ("policy", "policyDir"): _NO_VHOSTS,
+    ("policy", "defaultVhost"): _NO_VHOSTS,
+}
+
+#: Dispatch sections about security that tdrouterd does not enforce yet: refused wherever they appear.
+UNENFORCED_SECTIONS: dict[str, tuple[str, str]] = {
+    "sslProfile": ("tdrouterd has no TLS yet, so listeners and connectors would run in plaintext",
+                   "remove the sslProfile section and the sslProfile attributes that name it"),
+    "vhost": _NO_VHOSTS,
+    "authServicePlugin": ("authentication services are not implemented yet", "remove the section"),
+}
+
+#: The only SASL mechanism a listener can serve without a users file.
+LISTENER_MECHANISMS = ("ANONYMOUS",)
+
+
+def mechanisms(value: str | None) -> list[str]:
+    """A ``saslMechanisms`` value as a list of upper-case mechanism names (space or comma separated)."""
+    return (value or "").replace(",", " ").upper().split()
+
+
+def unenforced(section: str, attr: str, value: Any) -> str | None:
+    """``"<attr> is not enforced yet: <why>; <instead>"`` when *value* (given explicitly for *attr* of a
+    *section*) turns on a security setting tdrouterd does not enforce; None when it is allowed."""
+    refusal = UNENFORCED.get((section, attr))
+    if refusal is None or value is None or value is False:
+        return None
+    if attr == "saslMechanisms" and mechanisms(value) in ([], list(LISTENER_MECHANISMS)):
+        return None
+    why, instead = refusal
+    return f"{attr} is not enforced yet: {why}; {instead}"
+
+
+def unenforced_section(name: str) -> str | None:
+    """The refusal for a whole section (``sslProfile``, ``vhost``, ``authServicePlugin``), or None."""
+    canon = TYPE_ALIASES.get(name, name)
+    refusal = UNENFORCED_SECTIONS.get(canon) or UNENFORCED_SECTIONS.get(camel_case(name))
+    if refusal is None:
+        return None
+    why, instead = refusal
+    return f"section '{name}' is not enforced yet: {why}; {instead}"

@@ -23,6 +23,7 @@ from typing import Any
 from wire import management as wm
 from wire.management import ManagementError, bad_request, not_found
 
+from router import schema
 from router.management.base import EntityAdapter, TYPE_PREFIX
 from router.management.configentities import config_adapters
 from router.management.entities import operational_adapters
@@ -130,6 +131,11 @@ class ManagementAgent:
         return wm.OK, dict(row)
 
     def _create(self, req: wm.Request) -> tuple[int, Any]:
+        # A security entity that is not enforced yet (sslProfile, vhost, authServicePlugin) is refused with
+        # its reason, as the configuration file refuses it, not as an unknown type.
+        refusal = schema.unenforced_section((req.type or "").removeprefix(schema.SCHEMA_PREFIX))
+        if refusal is not None:
+            raise bad_request(refusal)
         adapter = self.adapter(req.type)
         attrs = wm.body_attributes(req)
         attrs.pop("type", None)

@@ -16,7 +16,7 @@ import logging
 
 from wire.management import ManagementError, bad_request, INTERNAL_ERROR, NOT_IMPLEMENTED
 
-from router.config import ConfigError, validate_entity
+from router.config import ConfigError, public_attrs, validate_entity
 from router.logsetup import MODULES, level_of
 from router.management.base import EntityAdapter
 from router import schema
@@ -81,7 +81,7 @@ class AddressConfigEntity(_ConfigAdapter):
         self.entities = _configured(agent, self.kind)
 
     def rows(self) -> list[dict]:
-        return [self.row(e["name"], self.identity(e["name"]), dict(e.attrs)) for e in self.entities]
+        return [self.row(e["name"], self.identity(e["name"]), public_attrs(e.attrs)) for e in self.entities]
 
     def create(self, attrs: dict) -> dict:
         entity = _validate(self.kind, attrs)
@@ -192,7 +192,8 @@ class _ServiceAdapter(_ConfigAdapter):
         out = []
         for entity, status in self._entries():
             name = entity["name"]
-            out.append(self.row(name, name, dict(entity.attrs, **status)))
+            # saslPassword (and any other secret) is never returned: management is not a way to read it back.
+            out.append(self.row(name, name, dict(public_attrs(entity.attrs), **status)))
         return out
 
     def create(self, attrs: dict) -> dict:

@@ -60,3 +60,26 @@ def test_topology_is_consistent(topology):
     treatments = {rid: sorted((a.get("prefix"), a.get("distribution"), a.get("waypoint"))
                               for a in c.addresses) for rid, c in cfgs.items()}
     assert len({repr(t) for t in treatments.values()}) == 1
+
+
+def test_default_config_listens_on_loopback_only():
+    """conf/router.conf is what `make run` starts: its listeners must not face the network while anyone
+    who connects is anonymous and may use $management (issue 12)."""
+    cfg = load_config(str(REPO / "conf" / "router.conf"))
+    check_config(cfg)
+    assert cfg.listeners and all(e["host"] in ("127.0.0.1", "::1", "localhost") for e in cfg.listeners)
+
+
+def test_daemon_exits_2_with_file_and_line_for_an_unenforced_security_setting(tmp_path):
+    """The real tdrouterd refuses `requireSsl: yes` (not enforced yet) before it listens."""
+    import subprocess
+    import sys
+
+    conf = tmp_path / "secure.conf"
+    conf.write_text("router {\n    id: R\n}\nlistener {\n    host: 127.0.0.1\n    port: 0\n"
+                    "    requireSsl: yes\n}\n")
+    proc = subprocess.run([sys.executable, "-m", "router.daemon", "-c", str(conf)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith(f"{conf}:7: listener: requireSsl is not enforced yet: "), proc.stderr
+    assert "listening" not in proc.stdout

@@ -322,3 +322,32 @@ def test_pattern_link_route_created_by_management_routes_across_the_mesh(created
     assert b_rcv.name == "far-sender" and b_rcv.remote_target.address == "orders.42.eu"
     h.pump()
     assert snd.state & proton.Endpoint.REMOTE_ACTIVE
+
+
+# -- security (issue 12): refused settings and secrets ---------------------------------------------
+
+@pytest.mark.parametrize("type_,body,words", [
+    ("listener", {"host": "127.0.0.1", "port": "0", "sslProfile": "x"}, "sslProfile is not enforced yet"),
+    ("listener", {"port": "0", "authenticatePeer": "yes"}, "authenticatePeer is not enforced yet"),
+    ("listener", {"port": "0", "saslMechanisms": "PLAIN"}, "saslMechanisms is not enforced yet"),
+    ("connector", {"port": "1", "verifyHostname": "yes"}, "verifyHostname is not enforced yet"),
+    ("org.apache.qpid.dispatch.sslProfile", {"name": "x", "certFile": "/c"}, "not enforced yet"),
+])
+def test_create_with_unenforced_security_setting_is_400_with_the_reason(setup, type_, body, words):
+    _, agent, _ = setup
+    resp = call(agent, "CREATE", type=type_, name="n", body=body)
+    assert resp.status == 400 and words in resp.description, resp.description
+
+
+def test_query_and_read_of_connectors_never_return_the_password():
+    cfg = parse_config("router {\n id: R1\n}\nconnector {\n name: up\n port: 5\n saslUsername: admin\n"
+                       " saslPassword: pass:hunter2\n}\n")
+    router = Router("R1", clock=Clock())
+    agent = ManagementAgent(router, config=cfg, clock=Clock())
+    [row] = query(agent, "connector")
+    assert row["saslUsername"] == "admin" and "saslPassword" in row and row["saslPassword"] is None
+    [row] = query(agent, "connector", ["name", "saslPassword"])
+    assert row == {"name": "up", "saslPassword": None}
+    resp = call(agent, "READ", type="connector", name="up")
+    assert resp.status == 200 and resp.body["saslPassword"] is None
+    assert "hunter2" not in repr(resp.body)
