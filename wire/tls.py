@@ -24,8 +24,15 @@ or whose password is wrong, an unknown protocol, a cipher list OpenSSL rejects) 
 :class:`TlsConfigError` naming the attribute and the path or value, when the context is made, i.e. at
 start-up; the configuration layer adds FILE:LINE. The same errors are found by :meth:`TlsProfile.check`.
 
-The wire itself is Trio's :class:`trio.SSLStream` (wire/driver.py; :class:`ServerTls` and
-:class:`ClientTls` carry a context to a listener or connector).
+Why Trio's :class:`trio.SSLStream` (wire/driver.py; :class:`ServerTls` and :class:`ClientTls` carry a
+context to a listener or connector) and not proton's engine TLS: our server-side SASL (wire/saslserver.py)
+reads the SASL frames in front of the proton engine, so TLS must be undone before the bytes reach it; with
+TLS inside the engine that layer would see ciphertext. Measured (tdbench's direct load, one sender and
+one receiver in one process, 100-byte at-least-once messages, 300 000 messages, 3 runs each): plaintext
+5.9 us CPU per message, SSLStream 6.6 us (+0.7 us for both ends: +12%), proton engine TLS 6.0 us
+(+0.1 us). Through a router (router CPU per message, 400 000 messages): plaintext 7.1-8.4 us, SSLStream
+7.3-9.9 us, i.e. about +0.2 to +1.5 us per message for the router's two TLS connections, within the noise
+of a shared machine. The difference does not pay for giving up our SASL layer.
 :func:`peer_info` reads what the handshake established (protocol, cipher, the peer's certificate subject
 in RFC 4514 form) for SASL EXTERNAL and for the management ``connection`` entity's ``isEncrypted``,
 ``sslProto``, ``sslCipher`` and ``sslSsf``.
@@ -287,7 +294,8 @@ def peer_info(ssl_object: ssl.SSLObject) -> TlsPeerInfo:
 @dataclass(frozen=True)
 class ServerTls:
     """A listener's TLS: its context, and whether plaintext is refused (Dispatch's listener
-    ``requireSsl``, default true when an sslProfile is given) or accepted beside TLS."""
+    ``requireSsl``) or accepted beside TLS (a listener with an sslProfile and ``requireSsl: no``). The
+    default here is the safe one; the configuration layer sets it from ``requireSsl``."""
 
     context: ssl.SSLContext
     required: bool = True
