@@ -30,9 +30,9 @@ reads the SASL frames in front of the proton engine, so TLS must be undone befor
 TLS inside the engine that layer would see ciphertext. Measured (tdbench's direct load, one sender and
 one receiver in one process, 100-byte at-least-once messages, 300 000 messages, 3 runs each): plaintext
 5.9 us CPU per message, SSLStream 6.6 us (+0.7 us for both ends: +12%), proton engine TLS 6.0 us
-(+0.1 us). Through a router (router CPU per message, 400 000 messages): plaintext 7.1-8.4 us, SSLStream
-7.3-9.9 us, i.e. about +0.2 to +1.5 us per message for the router's two TLS connections, within the noise
-of a shared machine. The difference does not pay for giving up our SASL layer.
+(+0.1 us). Through a router (an in-process Router behind serve_listener, one sender and one receiver,
+400 000 messages, 4 paired runs): router CPU 6.8-7.4 us per message plaintext, +0.7 to +0.9 us (+10-12%)
+with both connections over SSLStream. The difference does not pay for giving up our SASL layer.
 :func:`peer_info` reads what the handshake established (protocol, cipher, the peer's certificate subject
 in RFC 4514 form) for SASL EXTERNAL and for the management ``connection`` entity's ``isEncrypted``,
 ``sslProto``, ``sslCipher`` and ``sslSsf``.
