@@ -17,7 +17,6 @@ and how a connector authenticates.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import logging
@@ -29,7 +28,7 @@ from wire.saslserver import (AUTH_FAILED, FRAMING_ERROR, OUTCOME_OK, PLAIN as _P
                              SCRAM_MECHANISMS, SUPPORTED_MECHANISMS, SaslLayer, SaslServer, SaslProtocolError,
                              auth_signatures, b64, encode_frame, field, saslname_encode, scram_attributes,
                              unb64, valid_nonce, xor)
-from wire.users import MAX_ITERATIONS, ScramCredential, normalize_password
+from wire.users import MAX_ITERATIONS, ScramCredential, client_key, salted_password
 
 log = logging.getLogger("wire.sasl")
 
@@ -197,16 +196,15 @@ class SaslClient(SaslLayer):
             raise SaslProtocolError("SCRAM: server nonce does not extend ours")
         if not attrs["i"].isdigit() or not 1 <= int(attrs["i"]) <= MAX_ITERATIONS:
             raise SaslProtocolError(f"SCRAM: iteration count {attrs['i'][:20]!r} outside 1..{MAX_ITERATIONS}")
-        cred = ScramCredential.derive(self.mechanism, self.password, salt=unb64(attrs["s"], "salt"),
-                                      iterations=int(attrs["i"]))
+        salt, iterations = unb64(attrs["s"], "salt"), int(attrs["i"])
+        salted = salted_password(self.mechanism, self.password, salt, iterations)
+        cred = ScramCredential.from_salted(self.mechanism, salted, salt, iterations)
         without_proof = f"c={b64(b'n,,')},r={attrs['r']}"
         auth_message = f"{bare},{server_first},{without_proof}".encode("utf-8")
         client_signature, server_signature = auth_signatures(cred, auth_message)
-        # ClientKey is recomputed from the password (the credential keeps only its hash, StoredKey).
-        salted = hashlib.pbkdf2_hmac(cred.hash_name, normalize_password(self.password), cred.salt, cred.iterations)
-        client_key = hmac.new(salted, b"Client Key", cred.hash_name).digest()
         self._scram[2] = server_signature
-        return f"{without_proof},p={b64(xor(client_key, client_signature))}".encode("ascii")
+        proof = xor(client_key(salted, cred.hash_name), client_signature)
+        return f"{without_proof},p={b64(proof)}".encode("ascii")
 
     def _outcome(self, code: int, additional: bytes | None) -> None:
         if code != OUTCOME_OK:

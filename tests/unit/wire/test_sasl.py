@@ -120,3 +120,45 @@ def test_plain_needs_the_connection():
 ])
 def test_is_loopback(host, expected):
     assert is_loopback(host) is expected
+
+
+# -- choosing between proton's SASL and our layer (wire/saslserver.py) ---------------------------------------
+
+def test_server_mechanisms_with_a_users_file():
+    from wire.sasl import SaslConfigError, server_mechanisms
+
+    assert server_mechanisms("PLAIN SCRAM-SHA-256,scram-sha-512", with_users=True) == [
+        "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    with pytest.raises(SaslConfigError, match="PLAIN not supported without a users file"):
+        server_mechanisms("PLAIN")
+    with pytest.raises(SaslConfigError, match="GSSAPI not supported"):
+        server_mechanisms("GSSAPI", with_users=True)
+
+
+def test_sasl_layer_only_when_settings_ask_for_it():
+    from wire.sasl import SaslClient, SaslConfigError, sasl_layer
+    from wire.saslserver import SaslServer
+    from wire.users import Users
+
+    assert sasl_layer(ConnectionSettings(), server=True) is None
+    assert sasl_layer(ConnectionSettings(sasl_username="u", sasl_password="p"), server=False) is None
+    layer = sasl_layer(ConnectionSettings(sasl_users=Users(), sasl_mechanisms="ANONYMOUS PLAIN",
+                                          authenticate_peer=True), server=True)
+    assert isinstance(layer, SaslServer) and layer.mechanisms == ["PLAIN"]  # no ANONYMOUS with authenticatePeer
+    client = sasl_layer(ConnectionSettings(sasl_username="u", sasl_password="p",
+                                           sasl_client_mechanisms="SCRAM-SHA-512 PLAIN"), server=False)
+    assert isinstance(client, SaslClient) and client.allowed == ["SCRAM-SHA-512", "PLAIN"]
+    with pytest.raises(SaslConfigError, match="need a user name"):
+        sasl_layer(ConnectionSettings(sasl_client_mechanisms="SCRAM-SHA-256"), server=False)
+
+
+def test_external_is_offered_only_with_a_tls_authenticated_name():
+    """The hook for TLS client certificates: EXTERNAL appears once external_user is set."""
+    from wire.saslserver import SASL_HEADER, SaslServer
+
+    layer = SaslServer(None, ["EXTERNAL", "PLAIN"])
+    assert layer.mechanisms == ["PLAIN"]
+    layer.external_user = "CN=client"
+    assert layer.mechanisms == ["EXTERNAL", "PLAIN"]
+    layer.feed(SASL_HEADER)
+    assert b"EXTERNAL" in layer.take_output()

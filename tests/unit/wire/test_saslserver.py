@@ -357,3 +357,18 @@ def test_sasl_client_refuses_unknown_mechanisms():
 
     with pytest.raises(SaslConfigError, match="DIGEST-MD5"):
         SaslClient("u", "p", ["DIGEST-MD5"])
+
+
+def test_external_logs_in_as_the_tls_authenticated_name(users):
+    srv, hs = server(users, mechanisms="EXTERNAL PLAIN")
+    srv.sasl.external_user = "CN=client.example"  # what the TLS layer will set from the client certificate
+    out = exchange_on(srv, SASL_HEADER + encode_frame(SASL_INIT, [Symbol("EXTERNAL"), b""]))
+    assert outcome_code(out) == OUTCOME_OK and srv.sasl.user == "CN=client.example"
+
+
+def exchange_on(srv, data: bytes) -> bytes:
+    srv.feed(data)
+    out = b""
+    while chunk := srv.take_output():
+        out += chunk
+    return out

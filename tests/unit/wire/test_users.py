@@ -133,3 +133,17 @@ def test_unicode_password_is_normalised():
     users = Users()
     users.set_password("u", "caf\u00e9")
     assert users.check_plain("u", "cafe\u0301")
+
+
+def test_plain_check_of_an_unknown_user_costs_one_pbkdf2_like_a_known_one(monkeypatch):
+    """Otherwise the answer's timing would tell which user names exist."""
+    import wire.users as users_module
+
+    users = Users()
+    users.set_password("alice", "pw")
+    calls = []
+    real = hashlib.pbkdf2_hmac
+    monkeypatch.setattr(users_module.hashlib, "pbkdf2_hmac", lambda *a: calls.append(a[3]) or real(*a))
+    assert not users.check_plain("alice", "guess")
+    assert not users.check_plain("nobody", "guess")
+    assert calls == [DEFAULT_ITERATIONS, DEFAULT_ITERATIONS]
