@@ -136,10 +136,18 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
                        journal_file_size=xs.DEFAULT_JOURNAL_FILE_SIZE, acceptors=[], addresses=[],
                        address_settings=[], broker_connections=[], warnings=ctx.warnings)
     seen: dict[str, int] = {}
-    known = set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED) | set(xs.CORE_LIMITS_UNENFORCED)
+    known = (set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED) | set(xs.CORE_LIMITS_UNENFORCED)
+             | set(xs.CORE_SECURITY_UNENFORCED))
     for name, el in children(ctx, core):
         if name in xs.CORE_UNSUPPORTED:
             raise ctx.error(el, f"<{name}> is not supported by tdbroker: {xs.CORE_UNSUPPORTED[name]}")
+        if name in xs.CORE_SECURITY_UNENFORCED:
+            _once(ctx, seen, name, el)
+            if not _security_off(ctx, el, name):
+                raise ctx.error(el, f"<{name}> is not enforced yet: {xs.CORE_SECURITY_UNENFORCED[name]}")
+            if name == "security-enabled":
+                cfg.security_enabled = False
+            continue
         if name in xs.CORE_IGNORED:
             ctx.warn(el, f"<{name}> is accepted but ignored by tdbroker")
             continue
@@ -195,6 +203,28 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
     return cfg
 
 
+def _security_off(ctx: Ctx, el, name: str) -> bool:
+    """Whether a security element (xmlschema.CORE_SECURITY_UNENFORCED) has the value that means "off"."""
+    if name in xs.CORE_SECURITY_BOOLEANS:
+        return ctx.value(el, "bool") is False
+    if name == "security-settings":
+        return not any(isinstance(child.tag, str) for child in el)
+    return False
+
+
+def _refuse_tls_params(ctx: Ctx, el, what: str, params: dict) -> None:
+    """TLS URI parameters (xmlschema.TLS_URI_PARAMS) are refused unless off: tdbroker has no TLS yet."""
+    for key, value in params.items():
+        if key not in xs.TLS_URI_PARAMS:
+            continue
+        if key in xs.TLS_URI_PARAMS_OFF and value.strip().lower() == "false":
+            continue
+        shown = f"{key}={value}" if key in xs.TLS_URI_PARAMS_OFF else key   # never echo a password
+        raise ctx.error(el, f"{what}: {shown} is not enforced yet: tdbroker has no TLS yet, so the connection "
+                            "would be plaintext; remove the TLS parameters and keep the traffic on 127.0.0.1 "
+                            "or a trusted network, or use a TLS tunnel")
+
+
 def _parse_flow_records(ctx: Ctx, el) -> FlowRecordsConfig:
     ctx.check_attrs(el, xs.FLOW_RECORDS_ATTRS)
     directory = ctx.attr(el, "directory", required=True)
@@ -246,9 +276,7 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
                                          xs.DEFAULT_CONNECTIONS_ALLOWED, minimum=-1)
         handshake_timeout = _int_param(ctx, el, aname, params, "handshake-timeout",
                                        xs.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, minimum=0)
-        if params.get("sslEnabled", "false").strip().lower() == "true":
-            raise ctx.error(el, f"acceptor {aname!r}: sslEnabled=true: TLS acceptors are not supported yet; "
-                                "refusing rather than accepting plaintext on a port meant for TLS")
+        _refuse_tls_params(ctx, el, f"acceptor {aname!r}", params)
         out.append(Acceptor(aname, host, port, protocols, params, el.line,
                             connections_allowed=connections_allowed, handshake_timeout=float(handshake_timeout)))
     return out
@@ -392,9 +420,12 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
         names[cname] = el.line
         first, _, rest = uri.partition("#")
         host, port, params = _parse_tcp_uri(ctx, el, first, "amqp-connection uri")
+        _refuse_tls_params(ctx, el, f"amqp-connection {cname!r}", params)
         alternates = [u.strip() for u in rest.split(",") if u.strip()]
         for alt in alternates:
-            _parse_tcp_uri(ctx, el, alt, "amqp-connection alternate uri")
+            _refuse_tls_params(ctx, el, f"amqp-connection {cname!r} alternate uri",
+                               _parse_tcp_uri(ctx, el, alt, "amqp-connection alternate uri")[2])
+        _check_credentials(ctx, el, cname)
         retry = ctx.attr(el, "retry-interval", "long", xs.DEFAULT_RETRY_INTERVAL_MS)
         if retry < 0:
             raise ctx.error(el, f"<amqp-connection> retry-interval must be >= 0 ms, got {retry}")
@@ -410,6 +441,21 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
         _warn_sender_receiver_loop(ctx, el, conn)
         out.append(conn)
     return out
+
+
+def _check_credentials(ctx: Ctx, el, cname: str) -> None:
+    """``user`` (with ``password``) is enforced: the connection logs in with SASL PLAIN. A password without
+    a user would be ignored (the login is ANONYMOUS) and a masked ``ENC(...)`` one would be sent as it is
+    written: both are refused. The password itself never appears in a message."""
+    password = el.attrib.get("password")
+    if password is None:
+        return
+    if not el.attrib.get("user"):
+        raise ctx.error(el, f"amqp-connection {cname!r}: password without user is not enforced: the "
+                            "connection would log in ANONYMOUS; add user=\"...\" or remove the password")
+    if password.strip().upper().startswith("ENC("):
+        raise ctx.error(el, f"amqp-connection {cname!r}: masked passwords (ENC(...)) are not enforced yet: "
+                            "tdbroker does not decode them; write the password in clear")
 
 
 def _parse_connection_element(ctx: Ctx, kind: str, el) -> BrokerConnectionElement:

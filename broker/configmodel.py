@@ -113,7 +113,7 @@ class BrokerConnection:
     host: str                 # of the first URI
     port: int
     user: str | None          # None = anonymous
-    password: str | None
+    password: str | None = field(repr=False)  # a repr can reach a log line: never with the password
     retry_interval_ms: int
     reconnect_attempts: int   # -1 = forever
     auto_start: bool
@@ -156,6 +156,9 @@ class BrokerConfig:
     max_disk_usage: int = xs.DEFAULT_MAX_DISK_USAGE  # percent of the journal's file system; -1 = no check
     min_disk_free: int = -1  # bytes that must stay free on the journal's file system; -1 = no check
     disk_scan_period_ms: int = xs.DEFAULT_DISK_SCAN_PERIOD_MS
+    #: <security-enabled>: None when absent (tdbroker is open and warns at start), False when set false
+    #: (true is refused: there is no authentication yet).
+    security_enabled: bool | None = None
 
     @property
     def paging_path(self) -> str:

@@ -127,6 +127,12 @@ def main(config_path: str, verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     for w in cfg.warnings:
         click.echo(w, err=True)
+    if cfg.security_enabled is None:
+        # Artemis' default is security-enabled true; tdbroker has no authentication yet, so say plainly what
+        # that means instead of leaving the operator to assume Artemis' default (issue 12).
+        log.warning("%s: no <security-enabled>: tdbroker has no authentication yet, so anyone who can reach an "
+                    "acceptor may connect, send, consume and manage; keep the acceptors on 127.0.0.1 or behind "
+                    "a firewall (<security-enabled>false</security-enabled> says so and silences this)", cfg.path)
     try:
         trio.run(run_broker, cfg)
     except KeyboardInterrupt:

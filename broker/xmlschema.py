@@ -144,9 +144,9 @@ DEFAULT_FLOW_ROTATE_MB = 64
 #: Artemis <core> children that only tune Artemis internals, security or clustering:
 #: accepted and ignored with a warning so that a stock Artemis broker.xml loads.
 CORE_IGNORED = frozenset("""
-    security-enabled security-settings security-invalidation-interval
+    security-invalidation-interval
     authentication-cache-size authorization-cache-size cluster-user cluster-password
-    mask-password password-codec ha-policy connectors cluster-connections
+    ha-policy connectors cluster-connections
     broadcast-groups discovery-groups jmx-management-enabled jmx-domain
     jmx-use-broker-name management-address management-notification-address
     message-counter-enabled message-counter-sample-period message-counter-max-day-history
@@ -186,6 +186,33 @@ ADDRESS_SETTING_NEEDS_PAGE_LIMIT = frozenset(("page-full-policy",))
 CORE_LIMITS_UNENFORCED = {
     "global-max-messages": "use global-max-size",
 }
+
+#: Security settings tdbroker does not enforce yet (issue 12). Accepting one and ignoring it would promise a
+#: protection that does not hold (users checked, permissions applied, passwords masked), so each is refused
+#: at start-up with FILE:LINE unless its value means "off": ``<security-enabled>false``, ``<mask-password>false``,
+#: a ``<security-settings>`` without any ``<security-setting>``. element -> why it is refused.
+CORE_SECURITY_UNENFORCED = {
+    "security-enabled": "tdbroker has no authentication yet, so anyone who reaches an acceptor could still "
+                        "connect; set <security-enabled>false</security-enabled> and keep the acceptors on "
+                        "127.0.0.1 or behind a firewall",
+    "security-settings": "tdbroker has no authorization yet, so no <permission> would be checked; remove the "
+                         "<security-setting> elements",
+    "mask-password": "tdbroker does not decode masked passwords; remove it (or set false) and write the "
+                     "password in clear",
+    "password-codec": "tdbroker does not decode masked passwords; remove it",
+}
+#: Of those, the elements whose text is a boolean: ``false`` means "off" and is accepted.
+CORE_SECURITY_BOOLEANS = frozenset(("security-enabled", "mask-password"))
+
+#: Acceptor and <amqp-connection> URI parameters for TLS (Artemis' TransportConstants). tdbroker has no TLS
+#: yet: each is refused at start-up unless it is one of TLS_URI_PARAMS_OFF set to false.
+TLS_URI_PARAMS = frozenset("""
+    sslEnabled keyStorePath keyStorePassword keyStoreType keyStoreProvider keyStoreAlias
+    trustStorePath trustStorePassword trustStoreType trustStoreProvider needClientAuth wantClientAuth
+    verifyHost trustAll enabledCipherSuites enabledProtocols sslProvider sniHost crlPath sslAutoReload
+    trustManagerFactoryPlugin securityDomain
+""".split())
+TLS_URI_PARAMS_OFF = frozenset(("sslEnabled", "needClientAuth", "wantClientAuth", "verifyHost", "trustAll"))
 
 #: Artemis <core> children that would change message routing or naming if silently
 #: ignored: refused, with the reason.

@@ -167,7 +167,8 @@ def test_full_file_every_element():
 
     # Ignored-but-accepted elements and attributes are warnings with FILE:LINE.
     joined = "\n".join(cfg.warnings)
-    assert f"{PATH}:{line_of(FULL, '<security-enabled>')}: warning: <security-enabled>" in joined
+    assert "<security-enabled>" not in joined     # false is enforced (the broker is open), not ignored
+    assert cfg.security_enabled is False
     assert f"{PATH}:{line_of(FULL, 'max-read-page-bytes')}: warning: <max-read-page-bytes>" in joined
     assert "purge-on-no-consumers is ignored" in joined
     assert "ignoring CORE" in joined
@@ -486,10 +487,9 @@ STOCK = core("""
        <acceptor name="artemis">tcp://0.0.0.0:61616?tcpSendBufferSize=1048576;tcpReceiveBufferSize=1048576;amqpMinLargeMessageSize=102400;protocols=CORE,AMQP,STOMP,HORNETQ,MQTT,OPENWIRE;useEpoll=true;amqpCredits=1000;amqpLowCredits=300</acceptor>
        <acceptor name="amqp">tcp://0.0.0.0:5672?tcpSendBufferSize=1048576;protocols=AMQP;useEpoll=true;amqpCredits=1000</acceptor>
     </acceptors>
+    <security-enabled>false</security-enabled>
     <security-settings>
-       <security-setting match="#">
-          <permission type="send" roles="amq"/>
-       </security-setting>
+       <!-- Artemis' stock <security-setting> elements are refused while not enforced (issue 12) -->
     </security-settings>
     <address-settings>
        <address-setting match="activemq.management.#">
@@ -537,7 +537,7 @@ def test_stock_artemis_style_file_loads_with_warnings():
     mgmt = cfg.settings_for("activemq.management.x")
     assert mgmt.match == "activemq.management.#"
     assert mgmt.auto_delete_queues is False       # unset there: inherited from '#', not the default
-    assert any("<security-settings> is accepted but ignored" in w for w in cfg.warnings)
+    assert any("<max-read-page-messages> is accepted but ignored" in w for w in cfg.warnings)
     assert all(": warning: " in w for w in cfg.warnings)
 
 
@@ -576,7 +576,101 @@ def test_acceptor_limits_are_parsed_and_checked():
     assert (acc.connections_allowed, acc.handshake_timeout) == (5, 0.0)
     assert "connectionsAllowed" not in acc.params
     for bad, why in (("connectionsAllowed=lots", "is not an integer"), ("handshake-timeout=-2", "at least 0"),
-                     ("sslEnabled=true", "TLS acceptors are not supported")):
+                     ("sslEnabled=true", "sslEnabled=true is not enforced yet")):
         with pytest.raises(BrokerConfigError, match=why) as info:
             parse_broker_config(acceptor(bad), "b.xml")
         assert str(info.value).startswith("b.xml:2:")
+
+
+# --- security settings: enforced or refused, never accepted and ignored (issue 12) --------------------
+
+@pytest.mark.parametrize("element,words", [
+    ("<security-enabled>true</security-enabled>", "<security-enabled> is not enforced yet"),
+    ('<security-settings>\n  <security-setting match="#"><permission type="send" roles="amq"/></security-setting>'
+     "\n</security-settings>", "<security-settings> is not enforced yet"),
+    ("<mask-password>true</mask-password>", "<mask-password> is not enforced yet"),
+    ("<password-codec>org.example.Codec</password-codec>", "<password-codec> is not enforced yet"),
+])
+def test_unenforced_security_elements_are_refused_with_file_and_line(element, words):
+    text = core("\n" + element)
+    with pytest.raises(BrokerConfigError) as info:
+        parse_broker_config(text, "b.xml")
+    assert (info.value.path, info.value.line) == ("b.xml", line_of(text, element.split(">")[0]))
+    assert words in info.value.message
+
+
+def test_security_elements_that_mean_off_are_accepted():
+    cfg = parse_broker_config(core("<security-enabled>false</security-enabled>\n<mask-password>false</mask-password>"
+                                   "\n<security-settings/>"), PATH)
+    assert cfg.security_enabled is False and cfg.warnings == []
+    assert parse_broker_config(core(""), PATH).security_enabled is None   # absent: open, warned at start
+
+
+TLS_PARAMS = ["sslEnabled=true", "keyStorePath=/etc/broker.ks", "keyStorePassword=s3cret",
+              "trustStorePath=/etc/trust.ks", "needClientAuth=true", "wantClientAuth=true", "verifyHost=true",
+              "enabledProtocols=TLSv1.3"]
+
+
+@pytest.mark.parametrize("param", TLS_PARAMS)
+def test_tls_acceptor_parameters_are_refused(param):
+    text = core(f"<acceptors>\n<acceptor name=\"a\">tcp://127.0.0.1:0?protocols=AMQP;{param}</acceptor>\n"
+                "</acceptors>")
+    with pytest.raises(BrokerConfigError) as info:
+        parse_broker_config(text, "b.xml")
+    key = param.split("=")[0]
+    assert info.value.line == line_of(text, "<acceptor name") and f"{key}" in info.value.message
+    assert "is not enforced yet" in info.value.message and "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize("param", TLS_PARAMS)
+def test_tls_broker_connection_parameters_are_refused(param):
+    text = core("<broker-connections>\n"
+                f"<amqp-connection uri=\"tcp://127.0.0.1:5672?{param}\" name=\"r\"><peer address-match=\"q\"/>"
+                "</amqp-connection>\n</broker-connections>")
+    with pytest.raises(BrokerConfigError, match="is not enforced yet") as info:
+        parse_broker_config(text, "b.xml")
+    assert info.value.line == line_of(text, "<amqp-connection") and "s3cret" not in str(info.value)
+
+
+def test_tls_parameters_that_mean_off_are_accepted():
+    text = core("<acceptors>\n<acceptor name=\"a\">tcp://127.0.0.1:0?protocols=AMQP;sslEnabled=false;"
+                "needClientAuth=false</acceptor>\n</acceptors>")
+    assert parse_broker_config(text, PATH).acceptors[0].port == 0
+
+
+@pytest.mark.parametrize("attrs,words", [
+    ('password="s3cret"', "password without user is not enforced"),
+    ('user="u" password="ENC(-2d4a6f)"', "masked passwords (ENC(...)) are not enforced yet"),
+])
+def test_broker_connection_credentials_that_would_be_ignored_are_refused(attrs, words):
+    text = core("<broker-connections>\n"
+                f"<amqp-connection uri=\"tcp://127.0.0.1:5672\" name=\"r\" {attrs}><peer address-match=\"q\"/>"
+                "</amqp-connection>\n</broker-connections>")
+    with pytest.raises(BrokerConfigError) as info:
+        parse_broker_config(text, "b.xml")
+    assert words in info.value.message and "s3cret" not in str(info.value) and "2d4a6f" not in str(info.value)
+
+
+def test_broker_connection_user_and_password_are_kept_and_not_in_repr():
+    text = core("<broker-connections>\n<amqp-connection uri=\"tcp://127.0.0.1:5672\" name=\"r\" user=\"u\" "
+                "password=\"s3cret\"><peer address-match=\"q\"/></amqp-connection>\n</broker-connections>")
+    (conn,) = parse_broker_config(text, PATH).broker_connections
+    assert (conn.user, conn.password) == ("u", "s3cret")    # enforced: SASL PLAIN (broker/connections.py)
+    assert "s3cret" not in repr(conn)
+
+
+def test_daemon_exits_2_with_file_and_line_for_an_unenforced_security_setting(tmp_path):
+    """The real tdbroker refuses <security-enabled>true (no authentication yet) before it listens."""
+    import subprocess
+    import sys
+
+    xml = tmp_path / "broker.xml"
+    text = core("<security-enabled>true</security-enabled>\n<acceptors>\n"
+                "<acceptor name=\"a\">tcp://127.0.0.1:0?protocols=AMQP</acceptor>\n</acceptors>")
+    xml.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "broker.daemon", "-c", str(xml)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    line = line_of(text, "<security-enabled>")
+    assert proc.stderr.startswith(f"{xml}:{line}: <security-enabled> is not enforced yet: "), proc.stderr
+    assert "listening" not in proc.stdout

@@ -109,6 +109,8 @@ def missing_from(doc: str) -> list[str]:
               {"directory": None, "sample": xs.DEFAULT_FLOW_SAMPLE, "rotate-mb": xs.DEFAULT_FLOW_ROTATE_MB})
     need_mentions("Ignored `<core>` elements", xs.CORE_IGNORED)
     need_rows("Refused elements", xs.CORE_UNSUPPORTED)
+    need_rows("Security settings", xs.CORE_SECURITY_UNENFORCED)
+    need_mentions("Security settings", xs.TLS_URI_PARAMS)
     return missing
 
 
