@@ -60,14 +60,10 @@ class Entity:
         return f"Entity({self.type!r}, {public_attrs(self.attrs)!r}, {self.path!r}, {self.line})"
 
 
-#: Attributes whose values are secrets: never shown in management results, reprs or logs.
-SECRET_ATTRIBUTES = frozenset({"saslPassword", "password"})
-
-
 def public_attrs(attrs: dict) -> dict:
     """*attrs* without secret values: a password that is set reads as None (Dispatch's connector
     ``saslPassword`` is write-only in the same way)."""
-    return {k: (None if k in SECRET_ATTRIBUTES else v) for k, v in attrs.items()}
+    return {k: (None if k in schema.SECRET_ATTRIBUTES else v) for k, v in attrs.items()}
 
 
 @dataclass

@@ -86,6 +86,7 @@ class Attr:
     legacy: tuple[str, ...] = ()   # deprecated / old spellings that map here
     status: str = ACTIVE
     extension: bool = False        # not in Dispatch: a tdrouterd extension
+    secret: bool = False           # a password: never shown in management results, reprs, logs or errors
     doc: str = ""
 
     # -- conversion ----------------------------------------------------
@@ -97,7 +98,8 @@ class Attr:
 
     def _to_string(self, value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise ValueError(f"{self.name} {_fmt(value)} is not a string")
+            shown = f"(a {type(value).__name__})" if self.secret else _fmt(value)
+            raise ValueError(f"{self.name} {shown} is not a string")
         return str(value)
 
     _to_path = _to_string
@@ -360,7 +362,7 @@ _CONNECTOR = _entity("connector", "connector", [
     Attr("verifyHostname", "boolean", True, legacy=("verifyHostName",), status=REFUSED,
          doc="Check the peer certificate's host name (TLS)."),
     Attr("saslUsername", "string", doc="SASL user name (PLAIN)."),
-    Attr("saslPassword", "string", doc="SASL password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
+    Attr("saslPassword", "string", secret=True, doc="SASL password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
     Attr("retryDelaySeconds", "float", 1.0, min=0.001, extension=True,
          doc="Delay before the first reconnect attempt."),
     Attr("retryMultiplier", "float", 2.0, min=1.0, extension=True,
@@ -431,7 +433,7 @@ _SSL_PROFILE = _entity("sslProfile", "sslProfile", [
     Attr("caCertFile", "path", legacy=("certDb",), doc="PEM file of trusted CAs."),
     Attr("certFile", "path", doc="PEM certificate of this end."),
     Attr("privateKeyFile", "path", legacy=("keyFile",), doc="PEM private key."),
-    Attr("password", "string", doc="Key password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
+    Attr("password", "string", secret=True, doc="Key password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
     Attr("passwordFile", "path", status=DEPRECATED, doc="Deprecated in Dispatch; use 'password: file:'."),
     Attr("ciphers", "string", doc="OpenSSL cipher list."),
     Attr("protocols", "string", doc="Space separated TLS versions."),
@@ -484,6 +486,9 @@ UNSUPPORTED_SECTIONS = (
     "tcpConnector", "httpListener", "httpConnector", "console", "fixedAddress",
     "waypoint", "linkRoutePattern",
 )
+
+#: attributes whose values are secrets: never shown in management results, reprs, logs or error messages
+SECRET_ATTRIBUTES = frozenset(a.name for e in ENTITY_TYPES.values() for a in e if a.secret)
 
 #: attributes whose value may be a multi-line JSON block in the config file
 JSON_ATTRIBUTES = frozenset(a.name for e in ENTITY_TYPES.values() for a in e if a.type == "properties")

@@ -317,3 +317,31 @@ def test_pattern_link_route_created_with_tdmanage_routes_across_a_mesh(two_route
 
     wait_until(lambda: queue_row() == {"name": "orders.42.eu", "messageCount": 0, "acknowledgedCount": 5},
                what="the broker's queue to have all five acknowledged")
+
+
+def test_security_settings_not_enforced_are_refused_and_passwords_never_shown(router_factory):
+    """Issue 12: a CREATE with a security setting the router does not enforce is a 400 naming it (not a
+    listener that takes plaintext anonymous clients), and a connector's saslPassword is never returned."""
+    b = router_factory(router_id="Router.B")
+    a = router_factory(f"connector {{\n name: up\n host: 127.0.0.1\n port: {b.ports['amqp']}\n"
+                       " saslUsername: admin\n saslPassword: pass:hunter2\n retryDelaySeconds: 0.2\n}",
+                       router_id="Router.A")
+    port = free_port()
+    for args, words in (
+        (("create", "--type", "listener", "--name", "tls", "host=127.0.0.1", f"port={port}", "sslProfile=x"),
+         "sslProfile is not enforced yet"),
+        (("create", "--type", "listener", "--name", "auth", "host=127.0.0.1", f"port={port}",
+          "authenticatePeer=yes"), "authenticatePeer is not enforced yet"),
+        (("create", "--type", "sslProfile", "--name", "x", "certFile=/c"), "not enforced yet"),
+    ):
+        proc = tdmanage(a, *args, check=False)
+        assert proc.returncode == 1 and proc.stderr.startswith("tdmanage: 400 "), (args, proc.stderr)
+        assert words in proc.stderr, (args, proc.stderr)
+    with socket.socket() as s:   # nothing was opened on the refused listener's port
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+    [row] = tdmanage_json(a, "query", "--type", "connector")
+    assert row["saslUsername"] == "admin" and row.get("saslPassword") is None
+    read = tdmanage_json(a, "read", "--type", "connector", "--name", "up")
+    assert read.get("saslPassword") is None
+    assert "hunter2" not in tdmanage(a, "query", "--type", "connector").stdout
+    assert "hunter2" not in a.stderr_text()     # nor in the router's log

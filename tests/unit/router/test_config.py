@@ -632,3 +632,9 @@ def test_entity_repr_hides_passwords():
     (c,) = parse_config("connector {\n saslUsername: u\n saslPassword: pass:hunter2\n}\n").connectors
     assert c["saslPassword"] == "pass:hunter2"
     assert "hunter2" not in repr(c) and "saslUsername" in repr(c)
+
+
+def test_a_bad_password_value_is_not_echoed():
+    with pytest.raises(ConfigError) as info:
+        validate_entity("connector", {"saslUsername": "u", "saslPassword": ["hunter2"]})
+    assert "saslPassword" in str(info.value) and "hunter2" not in str(info.value)
