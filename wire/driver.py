@@ -19,6 +19,7 @@ from typing import Callable
 import trio
 
 from wire.connection import EngineConnection, printable
+from wire.saslserver import SaslServer
 from wire.tls import ClientTls, ServerTls, peer_info
 
 log = logging.getLogger("wire.driver")
@@ -212,11 +213,15 @@ async def _first_byte(stream: trio.SocketStream) -> int | None:
 
 
 def _attach_tls(engine: EngineConnection, stream: trio.abc.Stream) -> None:
-    """Tell the engine what TLS established: ``engine.tls`` (a :class:`wire.tls.TlsPeerInfo`, None
-    on plaintext) and ``engine.tls_peer_subject`` (the client certificate's subject, for SASL EXTERNAL)."""
+    """Tell the engine what TLS established, before its first byte: ``engine.tls`` (a
+    :class:`wire.tls.TlsPeerInfo`, None on plaintext) and ``engine.tls_peer_subject`` (the verified
+    client certificate's subject). A server SASL layer takes that subject as the name SASL EXTERNAL
+    logs in with (wire/saslserver.py); without a verified certificate EXTERNAL is not offered."""
     info = peer_info(stream) if isinstance(stream, trio.SSLStream) else None
     engine.tls = info
     engine.tls_peer_subject = info.peer_subject if info else None
+    if engine.tls_peer_subject is not None and isinstance(engine.sasl, SaslServer):
+        engine.sasl.external_user = engine.tls_peer_subject
 
 
 def _remote_host(stream: trio.abc.Stream) -> str:

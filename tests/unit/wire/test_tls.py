@@ -21,7 +21,11 @@ from proton import Endpoint
 from router.core import Router
 from wire.connection import ConnectionSettings, EngineConnection
 from wire.driver import Backoff, TlsHandshakeError, open_stream, run_connector, serve_listener
+from wire.amqptypes import Symbol
+from wire.saslserver import (OUTCOME_OK, SASL_HEADER, SASL_INIT, SASL_MECHANISMS, SASL_OUTCOME, FrameReader,
+                             encode_frame)
 from wire.tls import ClientTls, ServerTls, TlsConfigError, TlsProfile, subject_string
+from wire.users import Users
 from tests.unit.enginepair import ACCEPTED, ConsumerHandler, Peer, outcome, settle
 from tests.unit.wire.fixtures import TcpPeer
 
@@ -197,14 +201,18 @@ def test_subject_string_is_rfc4514():
 
 # -- TLS listeners and connectors (wire.driver) -----------------------------------------------------------------
 
-async def start_tls_router(nursery, tls: ServerTls, **listen_kw):
-    """A router behind a TLS listener on 127.0.0.1; returns the router, the port and the engines it made."""
+async def start_tls_router(nursery, tls: ServerTls, *, settings_kw: dict | None = None,
+                           sasl_configured: list[str] | None = None, **listen_kw):
+    """A router behind a TLS listener on 127.0.0.1; returns the router, the port and the engines it made.
+    ``sasl_configured``: the mechanisms the server SASL layer offers (set on the layer directly)."""
     router = Router("RT")
-    settings = router.connection_settings()
+    settings = router.connection_settings(**(settings_kw or {}))
     engines: list[EngineConnection] = []
 
     def make_engine(remote):
         engine = router.new_engine(settings, server=True, remote_host=remote)
+        if sasl_configured is not None:
+            engine.sasl.configured = sasl_configured
         engines.append(engine)
         return engine
 
@@ -314,6 +322,53 @@ async def test_client_certificate_required(pki, server_profile):
         assert subject.startswith("CN=router-b,")
         assert ",O=" in subject
         assert engines[0].tls.peer_certificate
+        nursery.cancel_scope.cancel()
+
+
+async def sasl_exchange(stream, mechanism: str) -> dict:
+    """Send the SASL header and a sasl-init for ``mechanism``; the server's frames by descriptor code."""
+    await stream.send_all(SASL_HEADER + encode_frame(SASL_INIT, [Symbol(mechanism), b""]))
+    reader, got, header = FrameReader(), {}, b""
+    with trio.fail_after(10):
+        while SASL_OUTCOME not in got:
+            data = await stream.receive_some(4096)
+            assert data, f"connection closed; frames so far {got}"
+            if len(header) < 8:
+                need = 8 - len(header)
+                header, data = header + data[:need], data[need:]
+            reader.feed(data)
+            while (frame := reader.next()) is not None:
+                got[frame[0]] = frame[1]
+    assert header == SASL_HEADER
+    return got
+
+
+async def test_sasl_external_logs_in_as_the_client_certificate(pki, server_profile):
+    client = pki.leaf("external-client", "router-b.example", common_name="router-b")
+    async with trio.open_nursery() as nursery:
+        _router, port, engines = await start_tls_router(
+            nursery, ServerTls(server_profile.server_context(verify_client=True)),
+            settings_kw={"sasl_users": Users(), "authenticate_peer": True}, sasl_configured=["EXTERNAL", "PLAIN"])
+        stream = await open_stream(HOST, port, client_tls(pki, profile=client))
+        got = await sasl_exchange(stream, "EXTERNAL")
+        assert [str(m) for m in got[SASL_MECHANISMS][0]] == ["EXTERNAL", "PLAIN"]
+        assert got[SASL_OUTCOME][0] == OUTCOME_OK
+        assert engines[0].user == engines[0].tls_peer_subject
+        assert engines[0].user.startswith("CN=router-b,")
+        nursery.cancel_scope.cancel()
+
+
+async def test_sasl_external_not_offered_without_a_verified_certificate(pki, server_profile):
+    async with trio.open_nursery() as nursery:
+        _router, port, engines = await start_tls_router(
+            nursery, ServerTls(server_profile.server_context()),
+            settings_kw={"sasl_users": Users(), "authenticate_peer": True}, sasl_configured=["EXTERNAL", "PLAIN"])
+        stream = await open_stream(HOST, port, client_tls(pki))
+        got = await sasl_exchange(stream, "EXTERNAL")
+        mechs = got[SASL_MECHANISMS][0]
+        assert [str(m) for m in (mechs if isinstance(mechs, list) else [mechs])] == ["PLAIN"]
+        assert got[SASL_OUTCOME][0] != OUTCOME_OK
+        assert engines[0].user is None
         nursery.cancel_scope.cancel()
 
 
