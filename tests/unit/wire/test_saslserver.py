@@ -374,3 +374,57 @@ def exchange_on(srv, data: bytes) -> bytes:
     while chunk := srv.take_output():
         out += chunk
     return out
+
+
+async def test_scram_client_engine_over_tcp_through_the_driver(users):
+    """Both halves of our layer under wire/driver.py: the client's engine output (AMQP header, open) is
+    held back until the outcome without the driver spinning, and both sides open."""
+    from wire.driver import run_connection, serve_listener
+
+    server_engines = []
+    opened = trio.Event()
+
+    class OpenSignal(Recorder):
+        def on_connection_open(self, conn):
+            super().on_connection_open(conn)
+            opened.set()
+
+    def make_engine(remote):
+        engine, _ = server(users)
+        server_engines.append(engine)
+        return engine
+
+    client = EngineConnection(OpenSignal(), ConnectionSettings(
+        sasl_username="bob", sasl_password="builder", sasl_client_mechanisms="SCRAM-SHA-512"), server=False)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(serve_listener, "127.0.0.1", 0, make_engine)
+        stream = await trio.open_tcp_stream("127.0.0.1", listeners[0].socket.getsockname()[1])
+        nursery.start_soon(run_connection, stream, client)
+        with trio.fail_after(10):
+            await opened.wait()
+        assert server_engines[0].user == "bob" and server_engines[0].sasl_mechanism == "SCRAM-SHA-512"
+        nursery.cancel_scope.cancel()
+
+
+def test_protons_own_client_cannot_do_scram(users):
+    """Why wire/sasl.py has a SCRAM client: proton's bundled client (no Cyrus SASL) finds no mechanism
+    in common with a server that offers SCRAM only."""
+    srv, hs = server(users, mechanisms="SCRAM-SHA-256")
+    peer_conn = proton.Connection()
+    transport = proton.Transport(proton.Transport.CLIENT)
+    sasl = transport.sasl()
+    sasl.allowed_mechs("SCRAM-SHA-256")
+    peer_conn.user, peer_conn.password = "bob", "builder"
+    transport.bind(peer_conn)
+    peer_conn.open()
+    for _ in range(20):
+        out = transport.peek(transport.pending()) if transport.pending() > 0 else b""
+        if out:
+            transport.pop(len(out))
+            srv.feed(out)
+        back = srv.take_output()
+        if back:
+            transport.push(back)
+        if back is None or transport.closed:
+            break
+    assert hs.opens == 0 and sasl.outcome != proton.SASL.OK
