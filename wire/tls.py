@@ -232,6 +232,114 @@ class TlsProfile:
         return None
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """A listener's TLS: its context, and whether plaintext is refused (Dispatch's listener
+    ``requireSsl``) or accepted beside TLS (a listener with an sslProfile and ``requireSsl: no``). The
+    default here is the safe one; the configuration layer sets it from ``requireSsl``."""
+
+    context: ssl.SSLContext
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """A connector's TLS: its context and the name the server's certificate must carry (and that SNI
+    sends); None means the host dialled."""
+
+    context: ssl.SSLContext
+    server_hostname: str | None = None
+
+
+# Artemis's TLS URI parameters on acceptors and connection URIs (Artemis docs, "Configuring the Transport",
+# TLS/SSL parameters) that tdbroker understands. Key and trust stores must be PEM: keyStorePath one file
+# with the certificate chain and the private key, trustStorePath the CA certificates.
+ARTEMIS_TLS_PARAMETERS = ("sslEnabled", "keyStorePath", "keyStorePassword", "keyStoreType", "trustStorePath",
+                          "trustStoreType", "needClientAuth", "verifyHost", "enabledProtocols")
+# Parameters of Artemis's TLS family that are refused: their meaning (Java cipher names, JSSE/OpenSSL
+# provider choice, CRLs, SNI, optional client certificates) is not implemented here.
+ARTEMIS_TLS_UNSUPPORTED = ("trustStorePassword", "enabledCipherSuites", "sslProvider", "wantClientAuth",
+                           "crlPath", "sniHost", "trustAll", "keyStoreProvider", "trustStoreProvider",
+                           "keyStoreAlias", "forceSSLParameters", "sslAutoReload")
+_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
+
+
+@dataclass(frozen=True)
+class ArtemisTls:
+    """TLS read from an Artemis acceptor or connection URI's parameters."""
+
+    profile: TlsProfile
+    need_client_auth: bool  # acceptor: clients must present a certificate signed by trustStorePath
+    verify_host: bool  # connection: the server's certificate must name the host dialled
+
+    # The profile's errors name Dispatch's attributes; an Artemis user reads their own.
+    ARTEMIS_NAMES = {"certFile": "keyStorePath", "privateKeyFile": "keyStorePath", "caCertFile": "trustStorePath",
+                     "password": "keyStorePassword", "protocols": "enabledProtocols"}
+
+    def server_tls(self) -> ServerTls:
+        """An acceptor's TLS (TLS required: Artemis's sslEnabled acceptors take no plaintext)."""
+        return ServerTls(self._translated(lambda: self.profile.server_context(verify_client=self.need_client_auth)))
+
+    def client_tls(self) -> ClientTls:
+        """A connection URI's TLS (broker connections, network connectors)."""
+        return ClientTls(self._translated(lambda: self.profile.client_context(verify_hostname=self.verify_host)))
+
+    def _translated(self, make):
+        try:
+            return make()
+        except TlsConfigError as exc:
+            name = self.ARTEMIS_NAMES.get(exc.attribute, exc.attribute)
+            text = str(exc).partition(": ")[2]
+            for dispatch, artemis in self.ARTEMIS_NAMES.items():
+                text = text.replace(dispatch, artemis)
+            raise TlsConfigError(name, text.replace("sslProfile 'artemis-uri'", "the URI")) from None
+
+
+def artemis_tls(params: dict[str, str], *, default_verify_host: bool = True) -> ArtemisTls | None:
+    """The TLS an Artemis URI's parameters ask for, or None without ``sslEnabled=true``.
+
+    Raises :class:`TlsConfigError` naming the parameter: a TLS parameter without sslEnabled, one that is
+    not supported (:data:`ARTEMIS_TLS_UNSUPPORTED`), a key or trust store type other than PEM, or a
+    value that is not a boolean where one is expected. Files are checked when the context is made.
+    """
+    def flag(name: str, default: bool) -> bool:
+        value = params.get(name)
+        if value is None:
+            return default
+        if value.lower() in _TRUE:
+            return True
+        if value.lower() in _FALSE:
+            return False
+        raise TlsConfigError(name, f"{value!r} is not true or false")
+
+    for name in ARTEMIS_TLS_UNSUPPORTED:
+        if name in params:
+            raise TlsConfigError(name, "not supported by tdbroker (supported TLS parameters: "
+                                 f"{', '.join(ARTEMIS_TLS_PARAMETERS)})")
+    if not flag("sslEnabled", False):
+        stray = [n for n in ARTEMIS_TLS_PARAMETERS if n != "sslEnabled" and n in params]
+        if stray:
+            raise TlsConfigError(stray[0], "given without sslEnabled=true: TLS is off, so it would be ignored")
+        return None
+    for name in ("keyStoreType", "trustStoreType"):
+        kind = params.get(name)
+        if kind is not None and kind.upper() != "PEM":
+            raise TlsConfigError(name, f"{kind!r}: only PEM stores are supported (convert a PKCS12 store with "
+                                 "`openssl pkcs12 -in STORE -out STORE.pem`)")
+    protocols = params.get("enabledProtocols")
+    profile = TlsProfile(name="artemis-uri", cert_file=params.get("keyStorePath"),
+                         private_key_file=None, ca_cert_file=params.get("trustStorePath"),
+                         password=_literal(params.get("keyStorePassword")),
+                         protocols=protocols.replace(",", " ") if protocols else None)
+    return ArtemisTls(profile, need_client_auth=flag("needClientAuth", False),
+                      verify_host=flag("verifyHost", default_verify_host))
+
+
+def _literal(password: str | None) -> str | None:
+    # Artemis's keyStorePassword is the password itself, never a Dispatch-style env:/file: reference.
+    return None if password is None else "literal:" + password
+
+
 def _readable(attribute: str, path: str) -> None:
     try:
         with open(path, "rb") as f:
@@ -290,21 +398,3 @@ def peer_info(ssl_object: ssl.SSLObject) -> TlsPeerInfo:
                        peer_subject=subject_string(ssl_object.getpeercert()) if der else None,
                        peer_certificate=der)
 
-
-@dataclass(frozen=True)
-class ServerTls:
-    """A listener's TLS: its context, and whether plaintext is refused (Dispatch's listener
-    ``requireSsl``) or accepted beside TLS (a listener with an sslProfile and ``requireSsl: no``). The
-    default here is the safe one; the configuration layer sets it from ``requireSsl``."""
-
-    context: ssl.SSLContext
-    required: bool = True
-
-
-@dataclass(frozen=True)
-class ClientTls:
-    """A connector's TLS: its context and the name the server's certificate must carry (and that SNI
-    sends); None means the host dialled."""
-
-    context: ssl.SSLContext
-    server_hostname: str | None = None

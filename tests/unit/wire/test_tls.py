@@ -24,7 +24,7 @@ from wire.driver import Backoff, TlsHandshakeError, open_stream, run_connector, 
 from wire.amqptypes import Symbol
 from wire.saslserver import (OUTCOME_OK, SASL_HEADER, SASL_INIT, SASL_MECHANISMS, SASL_OUTCOME, FrameReader,
                              encode_frame)
-from wire.tls import ClientTls, ServerTls, TlsConfigError, TlsProfile, subject_string
+from wire.tls import ClientTls, ServerTls, TlsConfigError, TlsProfile, artemis_tls, subject_string
 from wire.users import Users
 from tests.unit.enginepair import ACCEPTED, ConsumerHandler, Peer, outcome, settle
 from tests.unit.wire.fixtures import TcpPeer
@@ -197,6 +197,74 @@ def test_subject_string_is_rfc4514():
                         (("commonName", "router-a"),))}
     assert subject_string(cert) == "CN=router-a,O=Acme\\, Inc.,C=GB"
     assert subject_string({}) is None
+
+
+# -- Artemis URI parameters (sslEnabled, keyStorePath as PEM, trustStorePath, needClientAuth, verifyHost) -------
+
+@pytest.fixture(scope="module")
+def pem_key_store(pki) -> str:
+    """Artemis's keyStorePath as PEM: the certificate and its private key in one file."""
+    cert = pki.ca.issue_cert(HOST, "localhost", common_name="broker-a")
+    return pki._write("keystore.pem", cert.private_key_and_cert_chain_pem.bytes())
+
+
+def test_artemis_without_ssl_enabled():
+    assert artemis_tls({}) is None
+    assert artemis_tls({"sslEnabled": "false"}) is None
+    with pytest.raises(TlsConfigError, match="keyStorePath: given without sslEnabled=true"):
+        artemis_tls({"keyStorePath": "/x.pem"})
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"sslEnabled": "true", "keyStoreType": "JKS"}, "keyStoreType: 'JKS': only PEM stores are supported"),
+    ({"sslEnabled": "true", "trustStoreType": "PKCS12"}, "trustStoreType: 'PKCS12': only PEM"),
+    ({"sslEnabled": "true", "trustStorePassword": "x"}, "trustStorePassword: not supported by tdbroker"),
+    ({"sslEnabled": "true", "enabledCipherSuites": "TLS_AES_128_GCM_SHA256"}, "enabledCipherSuites: not supported"),
+    ({"sslEnabled": "maybe"}, "sslEnabled: 'maybe' is not true or false"),
+    ({"sslEnabled": "true", "needClientAuth": "sure"}, "needClientAuth: 'sure' is not true or false"),
+])
+def test_artemis_parameters_refused(params, message):
+    with pytest.raises(TlsConfigError, match=message):
+        artemis_tls(params)
+
+
+def test_artemis_errors_name_artemis_parameters(tmp_path, pki):
+    missing = tmp_path / "missing.pem"
+    acceptor = artemis_tls({"sslEnabled": "true", "keyStorePath": str(missing)})
+    with pytest.raises(TlsConfigError, match=f"^keyStorePath: {missing}: No such file or directory$"):
+        acceptor.server_tls()
+    with pytest.raises(TlsConfigError, match="^keyStorePath: the URI has no keyStorePath"):
+        artemis_tls({"sslEnabled": "true"}).server_tls()
+    with pytest.raises(TlsConfigError, match=f"^trustStorePath: {missing}:"):
+        artemis_tls({"sslEnabled": "true", "trustStorePath": str(missing)}).client_tls()
+    with pytest.raises(TlsConfigError, match="^enabledProtocols: 'TLSv1.2 SSLv3': unknown protocol SSLv3"):
+        artemis_tls({"sslEnabled": "true", "enabledProtocols": "TLSv1.2,SSLv3"}).client_tls()
+
+
+async def test_artemis_acceptor_with_pem_key_store_and_client_auth(pki, pem_key_store):
+    client = pki.leaf("artemis-client", "client.example", common_name="client-1")
+    acceptor = artemis_tls({"sslEnabled": "true", "keyStorePath": pem_key_store, "trustStorePath": pki.ca_file,
+                            "needClientAuth": "true", "enabledProtocols": "TLSv1.2,TLSv1.3"})
+    assert acceptor.need_client_auth and acceptor.server_tls().required
+    async with trio.open_nursery() as nursery:
+        _router, port, engines = await start_tls_router(nursery, acceptor.server_tls())
+        # keyStorePath for a client: certificate and key in one file
+        both = pki._write("client-both.pem", Path(client.cert_file).read_bytes() +
+                          Path(client.private_key_file).read_bytes())
+        connection = artemis_tls({"sslEnabled": "true", "trustStorePath": pki.ca_file, "keyStorePath": both})
+        assert connection.verify_host
+        tls = connection.client_tls()
+        await exchange_one(nursery, await open_stream(HOST, port, tls))
+        assert engines[0].tls_peer_subject.startswith("CN=client-1,")
+        # without a client certificate: refused
+        try:
+            result = await open_stream(HOST, port, artemis_tls({"sslEnabled": "true",
+                                                               "trustStorePath": pki.ca_file}).client_tls())
+        except TlsHandshakeError as exc:
+            result = exc
+        await refused_at_tls(result)
+        assert len(engines) == 1
+        nursery.cancel_scope.cancel()
 
 
 # -- TLS listeners and connectors (wire.driver) -----------------------------------------------------------------
