@@ -344,7 +344,7 @@ _LISTENER = _entity("listener", "listener", [
     Attr("initialHandshakeTimeoutSeconds", "integer", 0, min=0,
          doc="Disconnect a client that has not completed the AMQP and SASL handshake (its OPEN) "
              "within this many seconds of connecting (0 = no limit, Dispatch's default)."),
-    Attr("multiTenant", "boolean", False, status=PENDING, doc="Prefix addresses with the vhost."),
+    Attr("multiTenant", "boolean", False, status=REFUSED, doc="Prefix addresses with the vhost."),
     Attr("failoverUrls", "string", legacy=("failoverList",), status=PENDING,
          doc="Comma separated failover URLs sent to clients in OPEN."),
     Attr("http", "boolean", False, status=PENDING, doc="Accept HTTP/WebSocket instead of AMQP."),
@@ -540,6 +540,8 @@ UNENFORCED: dict[tuple[str, str], tuple[str, str]] = {
     ("listener", "saslPlugin"): ("authentication services (authServicePlugin) are not implemented",
                                  "remove it; listeners offer ANONYMOUS only"),
     ("listener", "policyVhost"): _NO_VHOSTS,
+    ("listener", "multiTenant"): ("per-vhost address prefixes are not implemented yet, so tenants would share "
+                                  "one address space", "set multiTenant: no and run one router per tenant"),
     ("connector", "sslProfile"): _NO_TLS_CONNECTOR,
     ("connector", "verifyHostname"): _NO_TLS_CONNECTOR,
     ("connector", "policyVhost"): _NO_VHOSTS,

@@ -563,6 +563,7 @@ SECURITY_ON = [
     ("listener", "saslMechanisms", "ANONYMOUS SCRAM-SHA-256"),
     ("listener", "saslPlugin", "auth"),
     ("listener", "policyVhost", "public"),
+    ("listener", "multiTenant", "yes"),
     ("connector", "sslProfile", "tls"),
     ("connector", "verifyHostname", "yes"),
     ("connector", "verifyHostName", "yes"),
