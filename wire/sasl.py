@@ -20,6 +20,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import os
 import secrets
 
 from wire.amqptypes import Symbol
@@ -28,7 +29,7 @@ from wire.saslserver import (AUTH_FAILED, FRAMING_ERROR, OUTCOME_OK, PLAIN as _P
                              SCRAM_MECHANISMS, SUPPORTED_MECHANISMS, SaslLayer, SaslServer, SaslProtocolError,
                              auth_signatures, b64, encode_frame, field, saslname_encode, scram_attributes,
                              unb64, valid_nonce, xor)
-from wire.users import MAX_ITERATIONS, ScramCredential, client_key, salted_password
+from wire.users import MAX_ITERATIONS, ScramCredential, Users, UsersFileError, client_key, salted_password
 
 log = logging.getLogger("wire.sasl")
 
@@ -221,3 +222,69 @@ class SaslClient(SaslLayer):
         self.user = self.username
         self.done = True
 
+
+
+# -- Cyrus-style SASL configuration file ---------------------------------------------------------------------
+
+# The Cyrus SASL options a <saslConfigDir>/<saslConfigName>.conf may hold, and the only values we act on:
+# users come from our users file (wire/users.py) through sasldb_path, checked in-process ("auxprop" with
+# the "sasldb" plugin is the Cyrus set-up that file replaces). Anything else would be a setting we do
+# not enforce, so it is refused.
+CYRUS_FIXED_OPTIONS = {"pwcheck_method": "auxprop", "auxprop_plugin": "sasldb"}
+CYRUS_OPTIONS = ("mech_list", "sasldb_path") + tuple(CYRUS_FIXED_OPTIONS)
+
+
+class SaslConfigFile:
+    """What a Cyrus-style SASL configuration file says (Dispatch's ``router { saslConfigDir,
+    saslConfigName }`` name ``<dir>/<name>.conf``): ``mechanisms`` from ``mech_list:`` (None when absent)
+    and ``users`` loaded from ``sasldb_path:`` (None when absent).
+
+    ``sasldb_path`` relative to the file is resolved against the file's directory (Cyrus would use the
+    daemon's working directory, which makes the same file mean different things). Errors are
+    :class:`SaslConfigError` starting with FILE:LINE."""
+
+    def __init__(self, path: str, mechanisms: list[str] | None, sasldb_path: str | None, users):
+        self.path = path
+        self.mechanisms = mechanisms
+        self.sasldb_path = sasldb_path
+        self.users = users
+
+    @classmethod
+    def load(cls, config_dir: str, config_name: str) -> "SaslConfigFile":
+        path = os.path.join(config_dir, f"{config_name}.conf")
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SaslConfigError(f"{path}: cannot read the SASL configuration: "
+                                  f"{getattr(exc, 'strerror', None) or exc}") from None
+        mechanisms = sasldb_path = users = None
+        for lineno, raw_line in enumerate(lines, 1):
+            line = raw_line.strip()
+            if not line or line.startswith("#"):
+                continue
+            where = f"{path}:{lineno}"
+            key, colon, value = line.partition(":")
+            key, value = key.strip(), value.strip()
+            if not colon or key not in CYRUS_OPTIONS:
+                raise SaslConfigError(f"{where}: unsupported SASL option {key[:40]!r} "
+                                      f"(supported: {', '.join(CYRUS_OPTIONS)})")
+            if key in CYRUS_FIXED_OPTIONS:
+                if value != CYRUS_FIXED_OPTIONS[key]:
+                    raise SaslConfigError(f"{where}: {key}: {value[:40]!r} not supported (only "
+                                          f"{CYRUS_FIXED_OPTIONS[key]!r}: users come from sasldb_path)")
+            elif key == "mech_list":
+                try:
+                    mechanisms = server_mechanisms(value, with_users=True)
+                except SaslConfigError as exc:
+                    raise SaslConfigError(f"{where}: mech_list: {exc}") from None
+            else:
+                sasldb_path = os.path.join(os.path.dirname(path), value)
+                try:
+                    users = Users.load(sasldb_path)
+                except UsersFileError as exc:
+                    raise SaslConfigError(f"{where}: sasldb_path: {exc}") from None
+        if mechanisms and users is None and any(m != "ANONYMOUS" for m in mechanisms):
+            raise SaslConfigError(f"{path}: mech_list {' '.join(mechanisms)} needs users: add sasldb_path "
+                                  "naming a users file (made with tdpasswd)")
+        return cls(path, mechanisms, sasldb_path, users)

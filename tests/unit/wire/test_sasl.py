@@ -162,3 +162,60 @@ def test_external_is_offered_only_with_a_tls_authenticated_name():
     assert layer.mechanisms == ["EXTERNAL", "PLAIN"]
     layer.feed(SASL_HEADER)
     assert b"EXTERNAL" in layer.take_output()
+
+
+# -- the Cyrus-style <saslConfigDir>/<saslConfigName>.conf ---------------------------------------------------
+
+def _conf(tmp_path, text, users=("alice",)):
+    from wire.users import Users
+
+    u = Users()
+    for name in users:
+        u.set_password(name, "pw")
+    u.save(str(tmp_path / "users.db"))
+    (tmp_path / "qdrouterd.conf").write_text(text)
+    return str(tmp_path)
+
+
+def test_cyrus_conf_names_mechanisms_and_users_file(tmp_path):
+    from wire.sasl import SaslConfigFile
+
+    d = _conf(tmp_path, "# Dispatch's example layout\npwcheck_method: auxprop\nauxprop_plugin: sasldb\n"
+                        "sasldb_path: users.db\nmech_list: SCRAM-SHA-256 PLAIN\n")
+    conf = SaslConfigFile.load(d, "qdrouterd")
+    assert conf.mechanisms == ["SCRAM-SHA-256", "PLAIN"]
+    assert conf.sasldb_path == str(tmp_path / "users.db")  # relative to the conf file's directory
+    assert conf.users.check_plain("alice", "pw")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("mech_list: DIGEST-MD5\nsasldb_path: users.db\n", ":1: mech_list: saslMechanisms DIGEST-MD5 not supported"),
+    ("\npwcheck_method: saslauthd\n", ":2: pwcheck_method: 'saslauthd' not supported"),
+    ("sql_engine: mysql\n", ":1: unsupported SASL option 'sql_engine'"),
+    ("sasldb_path: missing.db\n", ":1: sasldb_path: "),
+    ("mech_list: PLAIN\n", "needs users: add sasldb_path"),
+])
+def test_cyrus_conf_errors_name_file_and_line(tmp_path, text, message):
+    from wire.sasl import SaslConfigError, SaslConfigFile
+
+    d = _conf(tmp_path, text)
+    with pytest.raises(SaslConfigError) as err:
+        SaslConfigFile.load(d, "qdrouterd")
+    assert str(err.value).startswith(str(tmp_path / "qdrouterd.conf")) and message in str(err.value)
+
+
+def test_cyrus_conf_pointing_at_a_berkeley_db_sasldb(tmp_path):
+    from wire.sasl import SaslConfigError, SaslConfigFile
+
+    (tmp_path / "qdrouterd.sasldb").write_bytes(b"\0" * 12 + (0x00061561).to_bytes(4, "little") + b"\0" * 64)
+    (tmp_path / "qdrouterd.conf").write_text("sasldb_path: qdrouterd.sasldb\nmech_list: PLAIN\n")
+    with pytest.raises(SaslConfigError) as err:
+        SaslConfigFile.load(str(tmp_path), "qdrouterd")
+    assert "qdrouterd.conf:1: sasldb_path: " in str(err.value) and "tdpasswd -f" in str(err.value)
+
+
+def test_missing_cyrus_conf(tmp_path):
+    from wire.sasl import SaslConfigError, SaslConfigFile
+
+    with pytest.raises(SaslConfigError, match="cannot read the SASL configuration"):
+        SaslConfigFile.load(str(tmp_path), "nope")
