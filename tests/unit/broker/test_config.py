@@ -674,3 +674,25 @@ def test_daemon_exits_2_with_file_and_line_for_an_unenforced_security_setting(tm
     line = line_of(text, "<security-enabled>")
     assert proc.stderr.startswith(f"{xml}:{line}: <security-enabled> is not enforced yet: "), proc.stderr
     assert "listening" not in proc.stdout
+
+
+@pytest.mark.parametrize("security,warned", [("", True), ("<security-enabled>false</security-enabled>\n", False)])
+def test_daemon_warns_at_start_when_security_enabled_is_absent(tmp_path, security, warned):
+    """Artemis' default is security-enabled true; tdbroker is open, and says so unless told false."""
+    import signal
+    import subprocess
+    import sys
+
+    xml = tmp_path / "broker.xml"
+    xml.write_text(core(f"{security}<persistence-enabled>false</persistence-enabled>\n<acceptors>\n"
+                        "<acceptor name=\"a\">tcp://127.0.0.1:0?protocols=AMQP</acceptor>\n</acceptors>"))
+    proc = subprocess.Popen([sys.executable, "-m", "broker.daemon", "-c", str(xml)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:          # the warning is logged before the acceptors listen
+            if line.startswith("tdbroker: ready"):
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert ("anyone who can reach an acceptor may connect" in err) is warned, err
