@@ -12,6 +12,11 @@ A :class:`TlsProfile` holds one ``sslProfile``'s attributes (Qpid Dispatch Route
   ``verifyHostname``, default true), that the certificate names the host dialled. A client certificate is
   presented when the profile has one (for SASL EXTERNAL at the other end).
 
+For tdbroker, :func:`artemis_tls` reads Artemis's acceptor and connection URI parameters (``sslEnabled``,
+``keyStorePath`` as one PEM file holding certificate chain and key, ``keyStorePassword``,
+``trustStorePath`` as PEM CA certificates, ``needClientAuth``, ``verifyHost``, ``enabledProtocols``) into
+the same profile; other store types and the TLS parameters not implemented are refused by name.
+
 The minimum protocol is TLS 1.2 unless ``protocols`` names older ones (TLS 1.0/1.1 are deprecated by
 RFC 8996). ``ciphers`` is an OpenSSL cipher list and applies to TLS 1.2 and below; TLS 1.3 suites are
 OpenSSL's defaults (Python's ssl module cannot set them).
