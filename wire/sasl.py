@@ -47,14 +47,19 @@ class SaslConfigError(ValueError):
     """A listener asks for a mechanism this build cannot serve."""
 
 
-def server_mechanisms(configured: str | None, *, with_users: bool = False) -> list[str]:
+def server_mechanisms(configured: str | None, *, with_users: bool = False, with_external: bool = False) -> list[str]:
     """The mechanisms a listener offers: its ``saslMechanisms`` list, restricted to what we can serve
-    (PLAIN and SCRAM only with a users file). SaslConfigError names what cannot be served."""
-    supported = SERVER_MECHANISMS_WITH_USERS if with_users else SERVER_MECHANISMS
+    (PLAIN and SCRAM only with a users file; EXTERNAL only on a listener that verifies TLS client
+    certificates: ``with_external``). SaslConfigError names what cannot be served."""
+    supported = set(SERVER_MECHANISMS_WITH_USERS if with_users else SERVER_MECHANISMS)
+    if with_external:
+        supported.add("EXTERNAL")
     wanted = (configured or "ANONYMOUS").replace(",", " ").split()
     unknown = [m for m in wanted if m.upper() not in supported]
     if unknown:
         hint = "" if with_users else " without a users file (sasldb_path)"
+        if "EXTERNAL" in (m.upper() for m in unknown) and not with_external:
+            hint += "; EXTERNAL needs TLS with client certificates verified"
         raise SaslConfigError(
             f"saslMechanisms {' '.join(unknown)} not supported{hint} (supported: {' '.join(sorted(supported))})"
         )
@@ -65,9 +70,13 @@ def sasl_layer(settings, *, server: bool) -> SaslLayer | None:
     """Our SASL layer for a connection with these settings, or None when proton's SASL does the job."""
     if server:
         users = getattr(settings, "sasl_users", None)
-        if users is None:
+        wanted = (settings.sasl_mechanisms or "").upper().replace(",", " ").split()
+        if users is None and "EXTERNAL" not in wanted:
             return None
-        return SaslServer(users, server_mechanisms(settings.sasl_mechanisms, with_users=True),
+        # The listener's configuration has checked that EXTERNAL goes with verified client certificates;
+        # the layer offers it only once the driver has set the certificate's name (external_user).
+        return SaslServer(users or Users(), server_mechanisms(settings.sasl_mechanisms, with_users=True,
+                                                              with_external=True),
                           allow_anonymous=not settings.authenticate_peer)
     mechanisms = getattr(settings, "sasl_client_mechanisms", None)
     if not mechanisms:

@@ -19,9 +19,8 @@ Mechanisms: ANONYMOUS (only when the listener allows anonymous logins), PLAIN (R
 be empty or equal the authcid), SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677; no channel binding:
 gs2 header ``n,,`` or ``y,,``; the server signature travels in the outcome's additional-data as
 ``v=...``). EXTERNAL (a TLS client certificate) plugs in through :attr:`SaslServer.external_user`: when
-TLS has authenticated the peer, whoever runs the TLS handshake sets it (from the certificate's subject,
-e.g. ``engine.sasl.external_user = engine.tls_peer_subject``) before the first byte is fed; EXTERNAL is
-then offered when the listener's list names it (not wired yet).
+TLS has authenticated the peer, :mod:`wire.driver` sets it to the verified certificate's subject before
+the first byte is fed; EXTERNAL is then offered when the listener's list names it.
 
 A wrong password, an unknown user (SCRAM answers an unknown user with a made-up salt so that the
 exchange does not tell which names exist) or a mechanism not offered gets outcome code 1 (``auth``) and

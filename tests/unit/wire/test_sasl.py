@@ -219,3 +219,17 @@ def test_missing_cyrus_conf(tmp_path):
 
     with pytest.raises(SaslConfigError, match="cannot read the SASL configuration"):
         SaslConfigFile.load(str(tmp_path), "nope")
+
+
+def test_external_needs_verified_client_certificates():
+    from wire.sasl import SaslConfigError, sasl_layer, server_mechanisms
+    from wire.saslserver import SaslServer
+
+    with pytest.raises(SaslConfigError, match="EXTERNAL needs TLS with client certificates verified"):
+        server_mechanisms("EXTERNAL PLAIN", with_users=True)
+    assert server_mechanisms("EXTERNAL PLAIN", with_users=True, with_external=True) == ["EXTERNAL", "PLAIN"]
+    # An EXTERNAL-only listener needs no users file, but does need our layer (proton's cannot do it here).
+    layer = sasl_layer(ConnectionSettings(sasl_mechanisms="EXTERNAL", authenticate_peer=True), server=True)
+    assert isinstance(layer, SaslServer) and layer.mechanisms == []  # until TLS names the peer
+    layer.external_user = "CN=peer"
+    assert layer.mechanisms == ["EXTERNAL"]
