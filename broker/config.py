@@ -18,10 +18,13 @@ and the documented defaults fill in the rest.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import urllib.parse
 import xml.etree.ElementTree as ET
+
+from wire.tls import ARTEMIS_TLS_PARAMETERS, TlsConfigError, artemis_tls
 
 from . import xmlschema as xs
 from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
@@ -29,6 +32,7 @@ from .configmodel import (  # the objects this parser builds (re-exported: impor
     AddressSettings, BrokerConfig, BrokerConnection, BrokerConnectionElement, FlowRecordsConfig, QueueConfig,
     artemis_match, match_specificity_cmp,
 )
+from .security import ROLES_FILE, SecurityFileError, load_security, users_path
 from .xmlschema import BrokerConfigError, Ctx, children, did_you_mean, local
 
 __all__ = [
@@ -137,16 +141,20 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
                        address_settings=[], broker_connections=[], warnings=ctx.warnings)
     seen: dict[str, int] = {}
     known = (set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED) | set(xs.CORE_LIMITS_UNENFORCED)
-             | set(xs.CORE_SECURITY_UNENFORCED))
+             | set(xs.CORE_SECURITY_UNENFORCED) | set(xs.CORE_SECURITY_ENFORCED))
+    security_el = None
     for name, el in children(ctx, core):
         if name in xs.CORE_UNSUPPORTED:
             raise ctx.error(el, f"<{name}> is not supported by tdbroker: {xs.CORE_UNSUPPORTED[name]}")
+        if name == "security-enabled":
+            _once(ctx, seen, name, el)
+            cfg.security_enabled = ctx.value(el, "bool")
+            security_el = el
+            continue
         if name in xs.CORE_SECURITY_UNENFORCED:
             _once(ctx, seen, name, el)
             if not _security_off(ctx, el, name):
                 raise ctx.error(el, f"<{name}> is not enforced yet: {xs.CORE_SECURITY_UNENFORCED[name]}")
-            if name == "security-enabled":
-                cfg.security_enabled = False
             continue
         if name in xs.CORE_IGNORED:
             ctx.warn(el, f"<{name}> is accepted but ignored by tdbroker")
@@ -200,7 +208,31 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
             if cfg.disk_scan_period_ms <= 0:
                 raise ctx.error(el, f"<disk-scan-period> must be a positive number of ms, "
                                     f"got {cfg.disk_scan_period_ms}")
+    _load_security(ctx, cfg, security_el)
     return cfg
+
+
+def _load_security(ctx: Ctx, cfg: BrokerConfig, el) -> None:
+    """``<security-enabled>`` with the properties login module's files beside broker.xml (broker/security.py).
+
+    true: the users file must exist (else a FILE:LINE error: refusing beats an open broker the operator
+    believes closed). Absent: Artemis' default is true, so a users file turns security on; without one the
+    broker is open and the daemon warns. false: open; the files are not read."""
+    if cfg.security_enabled is False:
+        return
+    try:
+        security = load_security(ctx.path)
+    except SecurityFileError as exc:
+        raise BrokerConfigError(exc.path, exc.line, exc.message) from None
+    if security is None:
+        if cfg.security_enabled:
+            raise ctx.error(el, f"<security-enabled>true but there is no users file {users_path(ctx.path)}: "
+                                "no one could log in. Create it (one 'user = password' line per user, "
+                                f"roles in {ROLES_FILE}) or set <security-enabled>false</security-enabled>")
+        return
+    cfg.security_enabled = True
+    cfg.security = security
+    ctx.warnings.extend(security.warnings)
 
 
 def _security_off(ctx: Ctx, el, name: str) -> bool:
@@ -212,17 +244,39 @@ def _security_off(ctx: Ctx, el, name: str) -> bool:
     return False
 
 
-def _refuse_tls_params(ctx: Ctx, el, what: str, params: dict) -> None:
-    """TLS URI parameters (xmlschema.TLS_URI_PARAMS) are refused unless off: tdbroker has no TLS yet."""
-    for key, value in params.items():
-        if key not in xs.TLS_URI_PARAMS:
-            continue
+def _uri_tls(ctx: Ctx, el, what: str, params: dict, *, server: bool):
+    """The TLS an acceptor or connection URI asks for (Artemis' TLS parameters, read by
+    :func:`wire.tls.artemis_tls`): a :class:`wire.tls.ServerTls` / :class:`wire.tls.ClientTls`, or None
+    for plaintext. The TLS parameters are taken out of ``params``. Parameters of the family that are not
+    implemented are refused unless "off" (xmlschema.TLS_URI_PARAMS_OFF set to false); key and trust
+    stores must be PEM files, checked now (a missing or unreadable file is a FILE:LINE error). Relative
+    store paths are read from broker.xml's folder. Passwords are never echoed."""
+    for key in [k for k in params if k in xs.TLS_URI_PARAMS and k not in ARTEMIS_TLS_PARAMETERS]:
+        value = params.pop(key)
         if key in xs.TLS_URI_PARAMS_OFF and value.strip().lower() == "false":
             continue
         shown = f"{key}={value}" if key in xs.TLS_URI_PARAMS_OFF else key   # never echo a password
-        raise ctx.error(el, f"{what}: {shown} is not enforced yet: tdbroker has no TLS yet, so the connection "
-                            "would be plaintext; remove the TLS parameters and keep the traffic on 127.0.0.1 "
-                            "or a trusted network, or use a TLS tunnel")
+        raise ctx.error(el, f"{what}: {shown} is not supported by tdbroker (supported TLS parameters: "
+                            f"{', '.join(ARTEMIS_TLS_PARAMETERS)})")
+    given = {k: params.pop(k) for k in ARTEMIS_TLS_PARAMETERS if k in params}
+    if given.get("sslEnabled", "false").strip().lower() == "false":
+        # Plaintext: an "off" value (needClientAuth=false ...) says nothing and is accepted.
+        given = {k: v for k, v in given.items()
+                 if not (k in xs.TLS_URI_PARAMS_OFF and v.strip().lower() == "false")}
+    base = os.path.dirname(os.path.abspath(ctx.path))
+    for key in ("keyStorePath", "trustStorePath"):
+        if key in given and not os.path.isabs(given[key]):
+            given[key] = os.path.join(base, given[key])
+    try:
+        tls = artemis_tls(given)
+        if tls is None:
+            return None
+        if server and not tls.profile.cert_file:
+            raise TlsConfigError("keyStorePath", "an sslEnabled acceptor needs keyStorePath (a PEM file with "
+                                 "the certificate chain and the private key)")
+        return tls.server_tls() if server else tls.client_tls()
+    except TlsConfigError as exc:
+        raise ctx.error(el, f"{what}: {exc}") from None
 
 
 def _parse_flow_records(ctx: Ctx, el) -> FlowRecordsConfig:
@@ -276,9 +330,10 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
                                          xs.DEFAULT_CONNECTIONS_ALLOWED, minimum=-1)
         handshake_timeout = _int_param(ctx, el, aname, params, "handshake-timeout",
                                        xs.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, minimum=0)
-        _refuse_tls_params(ctx, el, f"acceptor {aname!r}", params)
+        tls = _uri_tls(ctx, el, f"acceptor {aname!r}", params, server=True)
         out.append(Acceptor(aname, host, port, protocols, params, el.line,
-                            connections_allowed=connections_allowed, handshake_timeout=float(handshake_timeout)))
+                            connections_allowed=connections_allowed, handshake_timeout=float(handshake_timeout),
+                            tls=tls))
     return out
 
 
@@ -420,11 +475,11 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
         names[cname] = el.line
         first, _, rest = uri.partition("#")
         host, port, params = _parse_tcp_uri(ctx, el, first, "amqp-connection uri")
-        _refuse_tls_params(ctx, el, f"amqp-connection {cname!r}", params)
+        tls = [_uri_tls(ctx, el, f"amqp-connection {cname!r}", params, server=False)]
         alternates = [u.strip() for u in rest.split(",") if u.strip()]
         for alt in alternates:
-            _refuse_tls_params(ctx, el, f"amqp-connection {cname!r} alternate uri",
-                               _parse_tcp_uri(ctx, el, alt, "amqp-connection alternate uri")[2])
+            tls.append(_uri_tls(ctx, el, f"amqp-connection {cname!r} alternate uri",
+                                _parse_tcp_uri(ctx, el, alt, "amqp-connection alternate uri")[2], server=False))
         _check_credentials(ctx, el, cname)
         retry = ctx.attr(el, "retry-interval", "long", xs.DEFAULT_RETRY_INTERVAL_MS)
         if retry < 0:
@@ -437,7 +492,7 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
             password=ctx.attr(el, "password"), retry_interval_ms=retry, reconnect_attempts=attempts,
             auto_start=ctx.attr(el, "auto-start", "bool", xs.DEFAULT_AUTO_START),
             elements=[_parse_connection_element(ctx, kind, c) for kind, c in children(ctx, el)],
-            line=el.line, params=params, alternate_uris=alternates)
+            line=el.line, params=params, alternate_uris=alternates, tls=tls)
         _warn_sender_receiver_loop(ctx, el, conn)
         out.append(conn)
     return out

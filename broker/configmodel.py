@@ -30,6 +30,7 @@ class Acceptor:
     line: int
     connections_allowed: int = -1   # Artemis' connectionsAllowed: -1 = no limit
     handshake_timeout: float = 10.0  # Artemis' handshake-timeout (seconds): 0 = none
+    tls: object = None  # wire.tls.ServerTls from sslEnabled=true (TLS required), None = plaintext
 
 
 @dataclass
@@ -121,6 +122,7 @@ class BrokerConnection:
     line: int
     params: dict = field(default_factory=dict)          # query parameters of the first URI
     alternate_uris: list = field(default_factory=list)  # after '#', tried in turn on retry
+    tls: list = field(default_factory=list)  # wire.tls.ClientTls or None per URI: the first, then alternates
 
 
 @dataclass
@@ -156,9 +158,11 @@ class BrokerConfig:
     max_disk_usage: int = xs.DEFAULT_MAX_DISK_USAGE  # percent of the journal's file system; -1 = no check
     min_disk_free: int = -1  # bytes that must stay free on the journal's file system; -1 = no check
     disk_scan_period_ms: int = xs.DEFAULT_DISK_SCAN_PERIOD_MS
-    #: <security-enabled>: None when absent (tdbroker is open and warns at start), False when set false
-    #: (true is refused: there is no authentication yet).
+    #: <security-enabled>: True when logins are required (set true, or absent with a users file beside
+    #: broker.xml), None when absent without a users file (open, warned at start), False when set false.
     security_enabled: bool | None = None
+    #: broker.security.BrokerSecurity (users and roles) when security_enabled is True.
+    security: object = field(default=None, repr=False)
 
     @property
     def paging_path(self) -> str:

@@ -15,7 +15,7 @@ wildcards, or ``queue-name``) the broker attaches, on one session per connection
 Queues created later (auto-created, by management) get their links as soon as they exist, and every
 link is attached again on reconnect (retry-interval, reconnect-attempts, failover URIs after ``#``).
 ``auto-start="false"`` leaves the connection stopped until :meth:`BridgeControl.start` (the management ``start`` operation);
-:meth:`BridgeControl.stop` closes it. ``user``/``password`` authenticate with SASL PLAIN. Temporary
+:meth:`BridgeControl.stop` closes it. ``user``/``password`` authenticate with SASL SCRAM or PLAIN. Temporary
 queues (dynamic sources, non-durable subscriptions) never get broker-connection links. ``<mirror>`` and
 ``<federation>`` are not implemented and are reported once at start-up.
 
@@ -34,6 +34,9 @@ import proton
 from broker.config import BrokerConnection, BrokerConnectionElement, artemis_match
 from wire import raw
 from wire.terminus import WAYPOINT_CAPABILITY
+
+# Strongest first: what a broker connection with user= offers to log in with (wire.sasl.SaslClient).
+CLIENT_MECHANISMS = "SCRAM-SHA-512 SCRAM-SHA-256 PLAIN"
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -170,9 +173,12 @@ class BridgeControl:
 
     def make_engine(self, remote: str):
         broker = self.broker
-        # user/password: SASL PLAIN, set up by the engine before its transport is bound (wire/sasl.py).
-        settings = broker.connection_settings(name=self.conn.name, sasl_username=self.conn.user or None,
-                                              sasl_password=self.conn.password)
+        # user/password: our SASL client layer (wire/sasl.py SaslClient) logs in with the strongest of
+        # CLIENT_MECHANISMS the peer offers: SCRAM when it has it (the password never crosses the wire),
+        # else PLAIN (a routers' or Artemis' acceptor).
+        settings = broker.connection_settings(
+            name=self.conn.name, sasl_username=self.conn.user or None, sasl_password=self.conn.password,
+            sasl_client_mechanisms=CLIENT_MECHANISMS if self.conn.user else None)
         engine = broker.new_engine(settings, server=False, remote_host=remote)
         engine.app.on_open = self._open
         return engine
@@ -185,11 +191,13 @@ class BridgeControl:
         log.debug("broker connection %s: %s", self.conn.name, state)
 
 
-def failover_targets(conn: BrokerConnection) -> list[tuple[str, int]]:
-    """``(host, port)`` of the connection's URI and then of each failover URI after ``#``."""
-    out = [(conn.host, conn.port)]
-    for uri in conn.alternate_uris:
+def failover_targets(conn: BrokerConnection) -> list[tuple[str, int, object]]:
+    """``(host, port, tls)`` of the connection's URI and then of each failover URI after ``#``; ``tls`` is
+    that URI's :class:`wire.tls.ClientTls` (sslEnabled=true) or None."""
+    tls = list(conn.tls) or [None]
+    out = [(conn.host, conn.port, tls[0])]
+    for i, uri in enumerate(conn.alternate_uris, 1):
         parts = urllib.parse.urlsplit(uri)
         if parts.hostname and parts.port:  # validated by broker.config
-            out.append((parts.hostname, parts.port))
+            out.append((parts.hostname, parts.port, tls[i] if i < len(tls) else None))
     return out

@@ -18,6 +18,7 @@ import trio
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
 from broker.runtime import BridgeTask, BrokerRuntime
+from broker.security import ACCEPTOR_MECHANISMS
 from broker.server import Broker
 from wire.driver import ConnectionLimit, serve_listener, shut_down_on_signal
 from wire.logformat import OneLineFormatter
@@ -61,6 +62,14 @@ def _final_bindings(broker: Broker) -> None:
         log.error("cannot write bindings at shutdown: %s", exc)
 
 
+def acceptor_security(cfg: BrokerConfig) -> dict:
+    """ConnectionSettings for an acceptor: with security on, a SASL login against the users file is
+    required (SCRAM or PLAIN, checked by wire/saslserver.py; no ANONYMOUS)."""
+    if not cfg.security_enabled:
+        return {}
+    return {"sasl_users": cfg.security.users, "authenticate_peer": True, "sasl_mechanisms": ACCEPTOR_MECHANISMS}
+
+
 async def run_broker(cfg: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     broker = Broker(cfg)
     broker.open_journal()
@@ -82,7 +91,7 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
         if broker.recorder is not None:
             nursery.start_soon(broker.recorder.run)
         for acc in cfg.acceptors:
-            settings = broker.connection_settings(name=acc.name)
+            settings = broker.connection_settings(name=acc.name, **acceptor_security(cfg))
             limits = ()
             if acc.connections_allowed >= 0:
                 limits = (ConnectionLimit(acc.connections_allowed, f"connections (acceptor {acc.name} "
@@ -91,7 +100,7 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
                 listeners = await nursery.start(functools.partial(
                     serve_listener, acc.host, acc.port,
                     lambda remote, s=settings: broker.new_engine(s, server=True, remote_host=remote),
-                    limits=limits, handshake_timeout=acc.handshake_timeout))
+                    limits=limits, handshake_timeout=acc.handshake_timeout, tls=acc.tls))
             except OSError as exc:
                 raise SystemExit(f"{cfg.path}:{acc.line}: acceptor {acc.name}: cannot listen on "
                                  f"{acc.host}:{acc.port}: {exc}")
@@ -128,11 +137,15 @@ def main(config_path: str, verbose: bool) -> None:
     for w in cfg.warnings:
         click.echo(w, err=True)
     if cfg.security_enabled is None:
-        # Artemis' default is security-enabled true; tdbroker has no authentication yet, so say plainly what
-        # that means instead of leaving the operator to assume Artemis' default (issue 12).
-        log.warning("%s: no <security-enabled>: tdbroker has no authentication yet, so anyone who can reach an "
+        # Artemis' default is security-enabled true; with no users to check, say plainly what that means
+        # instead of leaving the operator to assume Artemis' default (issue 12).
+        log.warning("%s: no <security-enabled> and no artemis-users.properties beside it: anyone who can reach an "
                     "acceptor may connect, send, consume and manage; keep the acceptors on 127.0.0.1 or behind "
-                    "a firewall (<security-enabled>false</security-enabled> says so and silences this)", cfg.path)
+                    "a firewall, or add users (<security-enabled>false</security-enabled> says it is meant and "
+                    "silences this)", cfg.path)
+    elif cfg.security_enabled:
+        log.info("%s: security enabled: %d users; every acceptor requires a SASL login (%s)", cfg.path,
+                 len(cfg.security.users), ACCEPTOR_MECHANISMS)
     try:
         trio.run(run_broker, cfg)
     except KeyboardInterrupt:

@@ -148,9 +148,9 @@ class BridgeTask:
         failures = 0
         i = 0
         while True:
-            host, port = targets[i % len(targets)]
+            host, port, tls = targets[i % len(targets)]
             ctl.opened = False
-            await run_connector(host, port, ctl.make_engine, ONE_ATTEMPT, on_state=ctl.on_state)
+            await run_connector(host, port, ctl.make_engine, ONE_ATTEMPT, on_state=ctl.on_state, tls=tls)
             if ctl.opened:
                 failures = 0
             else:

@@ -187,30 +187,33 @@ CORE_LIMITS_UNENFORCED = {
     "global-max-messages": "use global-max-size",
 }
 
+#: Security elements tdbroker enforces: ``<security-enabled>`` (true: SASL logins against the properties
+#: login module's users file beside broker.xml, see broker/security.py; false: open).
+CORE_SECURITY_ENFORCED = ("security-enabled",)
+
 #: Security settings tdbroker does not enforce yet (issue 12). Accepting one and ignoring it would promise a
-#: protection that does not hold (users checked, permissions applied, passwords masked), so each is refused
-#: at start-up with FILE:LINE unless its value means "off": ``<security-enabled>false``, ``<mask-password>false``,
-#: a ``<security-settings>`` without any ``<security-setting>``. element -> why it is refused.
+#: protection that does not hold (permissions applied, passwords masked), so each is refused at start-up
+#: with FILE:LINE unless its value means "off": ``<mask-password>false``, a ``<security-settings>`` without
+#: any ``<security-setting>``. element -> why it is refused.
 CORE_SECURITY_UNENFORCED = {
-    "security-enabled": "tdbroker has no authentication yet, so anyone who reaches an acceptor could still "
-                        "connect; set <security-enabled>false</security-enabled> and keep the acceptors on "
-                        "127.0.0.1 or behind a firewall",
     "security-settings": "tdbroker has no authorization yet, so no <permission> would be checked; remove the "
-                         "<security-setting> elements",
+                         "<security-setting> elements (with <security-enabled>, every user who logs in may "
+                         "send, consume and manage)",
     "mask-password": "tdbroker does not decode masked passwords; remove it (or set false) and write the "
                      "password in clear",
     "password-codec": "tdbroker does not decode masked passwords; remove it",
 }
 #: Of those, the elements whose text is a boolean: ``false`` means "off" and is accepted.
-CORE_SECURITY_BOOLEANS = frozenset(("security-enabled", "mask-password"))
+CORE_SECURITY_BOOLEANS = frozenset(("mask-password",))
 
-#: Acceptor and <amqp-connection> URI parameters for TLS (Artemis' TransportConstants). tdbroker has no TLS
-#: yet: each is refused at start-up unless it is one of TLS_URI_PARAMS_OFF set to false.
+#: Acceptor and <amqp-connection> URI parameters of Artemis' TLS family (TransportConstants). Those
+#: wire.tls.ARTEMIS_TLS_PARAMETERS names are enforced (broker/config.py _uri_tls); the others are refused
+#: at start-up unless one of TLS_URI_PARAMS_OFF set to false.
 TLS_URI_PARAMS = frozenset("""
     sslEnabled keyStorePath keyStorePassword keyStoreType keyStoreProvider keyStoreAlias
     trustStorePath trustStorePassword trustStoreType trustStoreProvider needClientAuth wantClientAuth
     verifyHost trustAll enabledCipherSuites enabledProtocols sslProvider sniHost crlPath sslAutoReload
-    trustManagerFactoryPlugin securityDomain
+    trustManagerFactoryPlugin securityDomain forceSSLParameters
 """.split())
 TLS_URI_PARAMS_OFF = frozenset(("sslEnabled", "needClientAuth", "wantClientAuth", "verifyHost", "trustAll"))
 

@@ -110,6 +110,7 @@ def missing_from(doc: str) -> list[str]:
     need_mentions("Ignored `<core>` elements", xs.CORE_IGNORED)
     need_rows("Refused elements", xs.CORE_UNSUPPORTED)
     need_rows("Security settings", xs.CORE_SECURITY_UNENFORCED)
+    need_rows("Security settings", xs.CORE_SECURITY_ENFORCED)
     need_mentions("Security settings", xs.TLS_URI_PARAMS)
     return missing
 

@@ -1,0 +1,149 @@
+"""tdbroker authentication: the users and roles of Artemis' properties login module.
+
+Artemis' default JAAS realm (``PropertiesLogin`` in ``login.config``) reads two files beside broker.xml
+(Artemis docs, "Security", "PropertiesLoginModule"): ``artemis-users.properties`` with one
+``user = password`` line per user, and ``artemis-roles.properties`` with ``role = user1,user2``. tdbroker
+reads the same two files from broker.xml's folder; there is no ``login.config``.
+
+Users file, one user a line (``#`` and ``!`` start comment lines; the first ``=`` or ``:`` separates):
+
+- ``alice = secret`` — the password in clear, as Artemis accepts it. tdbroker derives SCRAM keys from it
+  at start-up (:class:`wire.users.UserRecord`) and keeps no copy of the password.
+- ``alice = ENC(SCRAM-SHA-256$4096:SALT$STOREDKEY:SERVERKEY SCRAM-SHA-512$...)`` — tdbroker's own hashed
+  form: the SCRAM verifiers of :mod:`wire.users` (the fields ``tdpasswd`` writes after the name), so the
+  file holds no password. Artemis' own ``ENC(...)`` hashes (written by ``artemis user add``, a codec of
+  its own) cannot be read and are refused with the line: set that user's password again.
+
+Java properties escapes and continuation lines (a line ending in ``\\``) are refused rather than guessed.
+
+With security on, every acceptor requires a SASL login (SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN, checked
+by :mod:`wire.saslserver`); ANONYMOUS is not offered. Roles are read and checked, and used only by
+``<security-settings>``, which tdbroker refuses (no authorization yet): every user who logs in may send,
+consume and manage.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from wire.errors import LocatedError
+from wire.users import ScramCredential, UserRecord, Users, valid_user_name
+
+USERS_FILE = "artemis-users.properties"
+ROLES_FILE = "artemis-roles.properties"
+#: What a secured acceptor offers, strongest first (no ANONYMOUS, no EXTERNAL).
+ACCEPTOR_MECHANISMS = "SCRAM-SHA-512 SCRAM-SHA-256 PLAIN"
+#: A properties file bigger than this is not a users list (bounded memory at start-up).
+MAX_PROPERTIES_BYTES = 16 * 1024 * 1024
+
+
+class SecurityFileError(LocatedError):
+    """A users or roles file that cannot be used: ``FILE:LINE: message``."""
+
+
+@dataclass
+class BrokerSecurity:
+    """The users (SCRAM verifiers) and roles tdbroker authenticates against."""
+
+    users: Users
+    roles: dict = field(default_factory=dict)  # role -> tuple of user names
+    warnings: list = field(default_factory=list)
+
+
+def users_path(config_path: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(config_path)), USERS_FILE)
+
+
+def roles_path(config_path: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(config_path)), ROLES_FILE)
+
+
+def _properties(path: str):
+    """``(line, key, value)`` of a properties file, keys and values stripped."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PROPERTIES_BYTES + 1)
+    except OSError as exc:
+        raise SecurityFileError(path, 0, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_PROPERTIES_BYTES:
+        raise SecurityFileError(path, 0, f"larger than {MAX_PROPERTIES_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SecurityFileError(path, data[:exc.start].count(b"\n") + 1, "not UTF-8 text") from None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            raise SecurityFileError(path, lineno, "continuation lines (ending in '\\') are not supported: "
+                                                  "write the entry on one line")
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise SecurityFileError(path, lineno, "expected 'name = value'")
+        key, value = line[:cut].strip(), line[cut + 1:].strip()
+        if "\\" in key:
+            raise SecurityFileError(path, lineno, "escapes ('\\') in names are not supported")
+        yield lineno, key, value
+
+
+def load_users(path: str) -> Users:
+    """Read ``artemis-users.properties``; :class:`SecurityFileError` with the line otherwise."""
+    users = Users(path=path)
+    for lineno, name, value in _properties(path):
+        if not valid_user_name(name):
+            raise SecurityFileError(path, lineno, f"user name {name[:40]!r} has spaces or control characters")
+        if name in users:
+            raise SecurityFileError(path, lineno, f"user {name!r} appears twice")
+        if value.upper().startswith("ENC(") and value.endswith(")"):
+            users.records[name] = UserRecord(name, _encoded(path, lineno, name, value[4:-1]))
+        elif not value:
+            raise SecurityFileError(path, lineno, f"user {name!r} has an empty password")
+        else:
+            users.records[name] = UserRecord.from_password(name, value)
+    return users
+
+
+def _encoded(path: str, lineno: int, name: str, inner: str) -> dict:
+    creds = {}
+    for text in inner.split():
+        try:
+            cred = ScramCredential.parse(text)
+        except ValueError:
+            raise SecurityFileError(
+                path, lineno, f"user {name!r}: ENC(...) is not tdbroker's hashed form "
+                "(ENC(SCRAM-SHA-256$ITERATIONS:SALT$STOREDKEY:SERVERKEY ...), see docs/broker-configuration.md); "
+                "Artemis' own ENC hashes cannot be read: write the password again, in clear or in that form "
+                "(the credentials `tdpasswd` writes after the user name)") from None
+        creds[cred.mechanism] = cred
+    if not creds:
+        raise SecurityFileError(path, lineno, f"user {name!r}: ENC() is empty")
+    return creds
+
+
+def load_roles(path: str, users: Users) -> tuple[dict, list]:
+    """Read ``artemis-roles.properties``: role -> user names; a warning per member who is not a user."""
+    roles: dict[str, tuple] = {}
+    warnings: list[str] = []
+    for lineno, role, value in _properties(path):
+        if role in roles:
+            raise SecurityFileError(path, lineno, f"role {role!r} appears twice")
+        members = tuple(m.strip() for m in value.split(",") if m.strip())
+        for member in members:
+            if member not in users:
+                warnings.append(f"{path}:{lineno}: warning: role {role!r} names {member!r}, who is not in "
+                                f"{USERS_FILE}")
+        roles[role] = members
+    return roles, warnings
+
+
+def load_security(config_path: str) -> BrokerSecurity | None:
+    """The users and roles beside ``config_path``, or None when there is no users file."""
+    upath = users_path(config_path)
+    if not os.path.exists(upath):
+        return None
+    users = load_users(upath)
+    rpath = roles_path(config_path)
+    roles, warnings = load_roles(rpath, users) if os.path.exists(rpath) else ({}, [])
+    return BrokerSecurity(users, roles, warnings)

@@ -1,0 +1,171 @@
+"""tdbroker security with the real daemon and real proton clients (issue 12): a TLS acceptor
+(``sslEnabled=true;keyStorePath=...`` with PEM files made by trustme at test time), ``<security-enabled>``
+with the properties login module's ``artemis-users.properties``, and a broker connection that logs in with
+SCRAM over TLS to a secured broker."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import trustme
+from proton import Message, SSLDomain
+from proton.utils import BlockingConnection
+
+from tests.system.brokerharness import TIMEOUT, BrokerProcess
+
+pytestmark = pytest.mark.timeout(180)
+
+BROKER = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<configuration xmlns="urn:activemq">
+<core xmlns="urn:activemq:core">
+  <name>{name}</name>
+  <persistence-enabled>false</persistence-enabled>
+  {security}
+  <acceptors>
+    <acceptor name="amqps">tcp://127.0.0.1:0?protocols=AMQP;sslEnabled=true;keyStorePath=server.pem;trustStorePath=ca.pem</acceptor>
+  </acceptors>
+  <addresses>
+    <address name="q"><anycast><queue name="q"/></anycast></address>
+  </addresses>
+  {connections}
+</core>
+</configuration>
+"""
+
+
+@pytest.fixture(scope="module")
+def ca():
+    return trustme.CA()
+
+
+def start_broker(workdir: pathlib.Path, ca, *, name="broker-1", security="", users=None, connections=""):
+    """A tdbroker with a TLS acceptor in ``workdir``; ``users`` is written as artemis-users.properties."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ca.issue_cert("127.0.0.1", "localhost", common_name=name).private_key_and_cert_chain_pem.write_to_path(str(workdir / "server.pem"))
+    ca.cert_pem.write_to_path(str(workdir / "ca.pem"))
+    if users is not None:
+        (workdir / "artemis-users.properties").write_text(users)
+    conf = workdir / "broker.xml"
+    conf.write_text(BROKER.format(name=name, security=security, connections=connections))
+    broker = BrokerProcess(conf, workdir)
+    broker.start()
+    return broker
+
+
+def trusting(ca_file) -> SSLDomain:
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(ca_file))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+    return domain
+
+
+def connect(port: int, ssl_domain: SSLDomain | None, **login) -> BlockingConnection:
+    # "localhost": proton's name check matches a DNS name in the certificate (not an IP address SAN).
+    scheme = "amqps" if ssl_domain is not None else "amqp"
+    return BlockingConnection(f"{scheme}://localhost:{port}", timeout=TIMEOUT, ssl_domain=ssl_domain, **login)
+
+
+def round_trip(conn: BlockingConnection, body: str) -> str:
+    sender = conn.create_sender("q")
+    sender.send(Message(body=body))
+    receiver = conn.create_receiver("q")
+    msg = receiver.receive(timeout=TIMEOUT)
+    receiver.accept()
+    return msg.body
+
+
+def refused(port: int, ssl_domain, **login) -> str:
+    """The error a connection attempt ends with (it must not open)."""
+    try:
+        conn = connect(port, ssl_domain, **login)
+    except Exception as exc:  # proton raises ConnectionException / Timeout / LinkDetached subclasses
+        return f"{type(exc).__name__}: {exc}"
+    conn.close()
+    pytest.fail("the connection was accepted")
+
+
+def test_tls_acceptor_serves_a_trusting_client_and_refuses_untrusting_and_plaintext_ones(tmp_path, ca):
+    broker = start_broker(tmp_path / "b", ca, security="<security-enabled>false</security-enabled>")
+    try:
+        port = broker.ports["amqps"]
+        conn = connect(port, trusting(tmp_path / "b" / "ca.pem"), sasl_enabled=False)
+        try:
+            assert round_trip(conn, "over tls") == "over tls"
+        finally:
+            conn.close()
+        # A client that trusts only the system CAs does not accept the broker's certificate.
+        untrusting = SSLDomain(SSLDomain.MODE_CLIENT)
+        untrusting.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+        assert "certificate" in refused(port, untrusting, sasl_enabled=False).lower()
+        # Plaintext to an sslEnabled acceptor: TLS is required.
+        refused(port, None, sasl_enabled=False)
+    finally:
+        assert broker.stop() == 0
+
+
+USERS = "# the properties login module's users\nalice = s3cret\n"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory, ca):
+    workdir = tmp_path_factory.mktemp("secured")
+    broker = start_broker(workdir, ca, users=USERS, security="<security-enabled>true</security-enabled>")
+    yield broker, workdir / "ca.pem"
+    broker.stop()
+
+
+def test_right_password_over_tls_with_plain_works(secured):
+    broker, ca_file = secured
+    conn = connect(broker.ports["amqps"], trusting(ca_file), user="alice", password="s3cret",
+                   allowed_mechs="PLAIN")
+    try:
+        assert round_trip(conn, "logged in") == "logged in"
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("login,condition", [
+    ({"user": "alice", "password": "wrong", "allowed_mechs": "PLAIN"}, "amqp:unauthorized-access"),
+    ({"user": "mallory", "password": "s3cret", "allowed_mechs": "PLAIN"}, "amqp:unauthorized-access"),
+    ({"allowed_mechs": "ANONYMOUS"}, "amqp:unauthorized-access"),
+    ({"sasl_enabled": False}, "framing-error"),   # an AMQP header where the SASL header is required
+], ids=["wrong-password", "unknown-user", "anonymous", "no-sasl"])
+def test_bad_logins_are_refused(secured, login, condition):
+    broker, ca_file = secured
+    error = refused(broker.ports["amqps"], trusting(ca_file), **login)
+    assert condition in error and "s3cret" not in error
+    assert broker.proc.poll() is None   # one refused client closes its own connection only
+
+
+def test_broker_connection_logs_in_with_scram_over_tls(tmp_path, secured):
+    """A second tdbroker forwards its queue to the secured one through <amqp-connection uri=...sslEnabled=true>
+    with user/password: the secured broker offers SCRAM, so the password never crosses the wire."""
+    target, ca_file = secured
+    connections = (
+        "<broker-connections>\n"
+        f'<amqp-connection uri="tcp://127.0.0.1:{target.ports["amqps"]}?sslEnabled=true;trustStorePath={ca_file}"'
+        ' name="to-secured" user="alice" password="s3cret" retry-interval="200"><sender address-match="q"/>'
+        "</amqp-connection>\n</broker-connections>")
+    ca = trustme.CA()
+    source = start_broker(tmp_path / "src", ca, name="broker-src",
+                          security="<security-enabled>false</security-enabled>", connections=connections)
+    try:
+        conn = connect(source.ports["amqps"], trusting(tmp_path / "src" / "ca.pem"), sasl_enabled=False)
+        try:
+            conn.create_sender("q").send(Message(body="forwarded"))
+        finally:
+            conn.close()
+        conn = connect(target.ports["amqps"], trusting(ca_file), user="alice", password="s3cret",
+                       allowed_mechs="PLAIN")
+        try:
+            receiver = conn.create_receiver("q")
+            assert receiver.receive(timeout=TIMEOUT).body == "forwarded"
+            receiver.accept()
+        finally:
+            conn.close()
+        log = (tmp_path / "src" / "broker.stderr").read_text()
+        assert "s3cret" not in log
+    finally:
+        assert source.stop() == 0

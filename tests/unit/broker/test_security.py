@@ -1,0 +1,174 @@
+"""tdbroker security configuration: TLS URI parameters with real PEM files, <security-enabled> with the
+properties login module's files (artemis-users.properties, artemis-roles.properties), FILE:LINE errors."""
+
+import ssl
+
+import pytest
+import trustme
+
+from broker.config import BrokerConfigError, load_broker_config, parse_broker_config
+from broker.security import ACCEPTOR_MECHANISMS, SecurityFileError, load_roles, load_users
+from wire.tls import ClientTls, ServerTls
+from wire.users import UserRecord
+
+
+def core(body: str) -> str:
+    return ('<configuration xmlns="urn:activemq">\n<core xmlns="urn:activemq:core">\n'
+            f"{body}\n</core></configuration>\n")
+
+
+def line_of(text: str, needle: str) -> int:
+    return text[:text.index(needle)].count("\n") + 1
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA and a server certificate for 127.0.0.1 (made now: no private key is committed)."""
+    d = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    server.private_key_and_cert_chain_pem.write_to_path(str(d / "server.pem"))
+    ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    return d
+
+
+def acceptor_xml(params: str) -> str:
+    return core(f'<acceptors>\n<acceptor name="tls">tcp://127.0.0.1:0?protocols=AMQP;{params}</acceptor>\n</acceptors>')
+
+
+def connection_xml(uri: str) -> str:
+    return core(f'<broker-connections>\n<amqp-connection uri="{uri}" name="r" user="u" password="p">'
+                '<peer address-match="q"/></amqp-connection>\n</broker-connections>')
+
+
+# --- TLS ----------------------------------------------------------------------------------------------------
+
+def test_tls_acceptor_gets_a_server_context_and_relative_paths_are_read_beside_broker_xml(pki):
+    xml = pki / "broker.xml"
+    xml.write_text(acceptor_xml("sslEnabled=true;keyStorePath=server.pem;keyStoreType=PEM;"
+                                "trustStorePath=ca.pem;needClientAuth=true;enabledProtocols=TLSv1.3"))
+    acc = load_broker_config(xml).acceptors[0]
+    assert isinstance(acc.tls, ServerTls) and acc.tls.required
+    assert acc.tls.context.verify_mode == ssl.CERT_REQUIRED
+    assert acc.tls.context.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert acc.params == {}   # the TLS parameters were consumed, none left to ignore
+
+
+def test_tls_broker_connection_gets_a_client_context_per_uri(pki):
+    ca = pki / "ca.pem"
+    text = connection_xml(f"tcp://127.0.0.1:5672?sslEnabled=true;trustStorePath={ca}#tcp://127.0.0.1:5673")
+    (conn,) = parse_broker_config(text, str(pki / "broker.xml")).broker_connections
+    first, alternate = conn.tls
+    assert isinstance(first, ClientTls) and first.context.check_hostname and alternate is None
+
+
+@pytest.mark.parametrize("params,words", [
+    ("sslEnabled=true;keyStorePath=missing.pem", "keyStorePath"),
+    ("sslEnabled=true;keyStorePath=server.pem;trustStorePath=nope.pem", "trustStorePath"),
+    ("sslEnabled=true", "needs keyStorePath"),
+    ("keyStorePath=server.pem", "without sslEnabled=true"),
+    ("sslEnabled=maybe;keyStorePath=server.pem", "sslEnabled"),
+])
+def test_tls_acceptor_errors_name_file_and_line(pki, params, words):
+    xml = pki / "bad.xml"
+    text = acceptor_xml(params)
+    xml.write_text(text)
+    with pytest.raises(BrokerConfigError) as info:
+        load_broker_config(xml)
+    assert (info.value.path, info.value.line) == (str(xml), line_of(text, "<acceptor name"))
+    assert words in info.value.message
+
+
+def test_a_file_that_is_not_pem_is_refused_and_the_key_password_never_echoed(pki):
+    junk = pki / "junk.pem"
+    junk.write_text("not a certificate\n")
+    with pytest.raises(BrokerConfigError) as info:
+        parse_broker_config(acceptor_xml(f"sslEnabled=true;keyStorePath={junk};keyStorePassword=s3cret"), "b.xml")
+    assert "keyStorePath" in info.value.message and "s3cret" not in str(info.value)
+
+
+# --- users and roles ----------------------------------------------------------------------------------------
+
+def test_users_file_plain_and_encoded_passwords(tmp_path):
+    encoded = " ".join(UserRecord.from_password("bob", "hunter2").line().split()[1:])
+    path = tmp_path / "artemis-users.properties"
+    path.write_text(f"# comment\n! also a comment\n\nalice = secret\nbob=ENC({encoded})\ncarol: pa=ss\n")
+    users = load_users(str(path))
+    assert users.names() == ["alice", "bob", "carol"]
+    assert users.check_plain("alice", "secret") and not users.check_plain("alice", "Secret")
+    assert users.check_plain("bob", "hunter2") and users.check_plain("carol", "pa=ss")
+    assert "secret" not in repr(users.get("alice"))
+
+
+@pytest.mark.parametrize("content,line,words", [
+    ("alice = a\nalice = b\n", 2, "appears twice"),
+    ("\nno separator here\n", 2, "expected 'name = value'"),
+    ("a = b\nbob = ENC(1024:ABCD:EF01)\n", 2, "Artemis' own ENC hashes cannot be read"),
+    ("bob = \n", 1, "empty password"),
+    ("bob = long\\\n  continued\n", 1, "continuation lines"),
+])
+def test_users_file_errors_name_file_and_line(tmp_path, content, line, words):
+    path = tmp_path / "artemis-users.properties"
+    path.write_text(content)
+    with pytest.raises(SecurityFileError) as info:
+        load_users(str(path))
+    assert (info.value.path, info.value.line) == (str(path), line) and words in info.value.message
+
+
+def test_roles_file_and_unknown_members_warn(tmp_path):
+    (tmp_path / "artemis-users.properties").write_text("alice = a\n")
+    (tmp_path / "artemis-roles.properties").write_text("amq = alice, ghost\n")
+    roles, warnings = load_roles(str(tmp_path / "artemis-roles.properties"),
+                                 load_users(str(tmp_path / "artemis-users.properties")))
+    assert roles == {"amq": ("alice", "ghost")}
+    assert len(warnings) == 1 and "artemis-roles.properties:1: warning" in warnings[0] and "'ghost'" in warnings[0]
+
+
+@pytest.mark.parametrize("element,users_file,enabled", [
+    ("", False, None),                                            # open, warned at start
+    ("", True, True),                                             # Artemis' default is true: a users file turns it on
+    ("<security-enabled>true</security-enabled>", True, True),
+    ("<security-enabled>false</security-enabled>", True, False),  # off: the files are not read
+])
+def test_security_enabled_with_and_without_users(tmp_path, element, users_file, enabled):
+    xml = tmp_path / "broker.xml"
+    xml.write_text(core(element))
+    if users_file:
+        (tmp_path / "artemis-users.properties").write_text("alice = secret\n")
+    cfg = load_broker_config(xml)
+    assert cfg.security_enabled is enabled
+    assert (cfg.security is not None) is bool(enabled)
+    if enabled:
+        assert cfg.security.users.check_plain("alice", "secret")
+
+
+def test_security_enabled_true_without_users_file_is_refused_with_file_and_line(tmp_path):
+    xml = tmp_path / "broker.xml"
+    text = core("\n<security-enabled>true</security-enabled>")
+    xml.write_text(text)
+    with pytest.raises(BrokerConfigError) as info:
+        load_broker_config(xml)
+    assert (info.value.path, info.value.line) == (str(xml), line_of(text, "<security-enabled>"))
+    assert "no users file" in info.value.message and "artemis-users.properties" in info.value.message
+
+
+def test_a_bad_users_file_stops_the_config_with_its_own_file_and_line(tmp_path):
+    xml = tmp_path / "broker.xml"
+    xml.write_text(core(""))
+    (tmp_path / "artemis-users.properties").write_text("alice = a\nbroken\n")
+    with pytest.raises(BrokerConfigError) as info:
+        load_broker_config(xml)
+    assert (info.value.path, info.value.line) == (str(tmp_path / "artemis-users.properties"), 2)
+
+
+def test_secured_acceptors_require_a_login_without_anonymous(tmp_path):
+    from broker.daemon import acceptor_security
+
+    xml = tmp_path / "broker.xml"
+    xml.write_text(core(""))
+    (tmp_path / "artemis-users.properties").write_text("alice = secret\n")
+    settings = acceptor_security(load_broker_config(xml))
+    assert settings["authenticate_peer"] is True and settings["sasl_users"].check_plain("alice", "secret")
+    assert "ANONYMOUS" not in settings["sasl_mechanisms"] == ACCEPTOR_MECHANISMS
+    (tmp_path / "artemis-users.properties").unlink()
+    assert acceptor_security(load_broker_config(xml)) == {}
