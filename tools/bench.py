@@ -31,6 +31,7 @@ import trio
 
 from tools.benchclient import MessageTemplate, process_cpu_seconds
 from tools.benchrun import run_direct, run_via_peer
+from tools.security import Security, SecurityOptionError, click_security_options
 from tools.benchprocs import (  # noqa: F401 - re-exported: tests and scripts import them from here
     BROKER_XML, DEFAULT_ROUTER_CONFIG, MAX_HOPS, REPO_ROOT, BenchError, BrokerProcess, RouterProcess,
     parse_router_url, start_line,
@@ -90,7 +91,8 @@ async def _bench(opts: dict, host: str | None, port: int | None, router_pid: int
     if host is not None:
         out["router"] = await run_via_peer(host, port, senders=opts["senders"], receivers=opts["receivers"],
                                            router_pid=router_pid, rx_host=opts.get("rx_host"),
-                                           rx_port=opts.get("rx_port"), records=opts.get("records"), **common)
+                                           rx_port=opts.get("rx_port"), records=opts.get("records"),
+                                           security=opts.get("security"), **common)
     if opts["direct"]:
         out["direct"] = await run_direct(senders=opts["senders"], **common)
     return out
@@ -100,10 +102,12 @@ def run_bench(*, senders: int = 1, receivers: int = 1, messages: int = 200000, s
               presettled: bool = False, window: int = 1000, address: str = "bench",
               router_config: str | None = None, router: str | None = None, router_pid: int | None = None,
               direct: bool = True, duration_limit: float = 120.0, no_router: bool = False,
-              hops: int = 0, records: str | None = None) -> dict:
-    """Run the bench and return the report dict (what ``--json`` prints)."""
+              hops: int = 0, records: str | None = None, security=None) -> dict:
+    """Run the bench and return the report dict (what ``--json`` prints). ``security``: a
+    :class:`tools.security.Security` for the connections to the router (TLS, SASL login)."""
     opts = dict(senders=senders, receivers=receivers, messages=messages, size=size, presettled=presettled,
-                window=window, address=address, direct=direct, duration_limit=duration_limit, records=records)
+                window=window, address=address, direct=direct, duration_limit=duration_limit, records=records,
+                security=security)
     MessageTemplate(size)  # validates the size
     proc = None
     mesh: list = []
@@ -112,6 +116,7 @@ def run_bench(*, senders: int = 1, receivers: int = 1, messages: int = 200000, s
         "senders": senders, "receivers": receivers, "messages": messages, "size": size,
         "mode": "presettled" if presettled else "at-least-once", "window": window, "address": address,
         "warmup_messages": int(messages * WARMUP_FRACTION),
+        "tls": bool(security and security.tls), "sasl_username": security.username if security else None,
     }
     try:
         if hops:
@@ -123,11 +128,11 @@ def run_bench(*, senders: int = 1, receivers: int = 1, messages: int = 200000, s
             report["router_url"] = f"amqp://{host}:{port} -> {hops} inter-router hop(s) -> amqp://{host}:{mesh[-1].port}"
         elif router:
             host, port = parse_router_url(router)
-            report["router_url"] = f"amqp://{host}:{port}"
+            report["router_url"] = f"{'amqps' if report['tls'] else 'amqp'}://{host}:{port}"
         elif not no_router:
             proc = RouterProcess(config_path=router_config).start()
             host, port, router_pid = "127.0.0.1", proc.port, proc.pid
-            report["router_url"] = f"amqp://{host}:{port}"
+            report["router_url"] = f"{'amqps' if report['tls'] else 'amqp'}://{host}:{port}"
         report.update(trio.run(_bench, opts, host, port, router_pid))
     finally:
         for p in ([proc] if proc is not None else []) + mesh:
@@ -308,6 +313,7 @@ def format_report(rep: dict) -> str:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click_security_options
 @click.option("--senders", default=1, show_default=True, type=click.IntRange(1, 256))
 @click.option("--receivers", default=1, show_default=True, type=click.IntRange(1, 256))
 @click.option("--messages", default=200000, show_default=True, type=click.IntRange(1))
@@ -318,7 +324,7 @@ def format_report(rep: dict) -> str:
 @click.option("--address", default="bench", show_default=True)
 @click.option("--router-config", type=click.Path(exists=True, dir_okay=False),
               help="Start tdrouterd with this configuration instead of a default one.")
-@click.option("--router", "router_url", help="Use a running router at this URL (127.0.0.1 only).")
+@click.option("--router", "router_url", help="Use a running router at this URL (127.0.0.1 only; amqps:// for TLS).")
 @click.option("--router-pid", type=int, help="The running router's pid, to report its CPU (with --router).")
 @click.option("--direct/--no-direct", default=True, show_default=True,
               help="Also run the same load sender-to-receiver without a router.")
@@ -338,8 +344,22 @@ def format_report(rep: dict) -> str:
               help="Through a line of HOPS+1 interior routers (senders on the first, receivers on the "
                    "last); router CPU is the sum over all of them.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
-         direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, hops) -> None:
-    """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run."""
+         direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, hops, security_opts) -> None:
+    """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run.
+
+    TLS (an amqps:// --router or any --ssl-* option) and SASL (--sasl-*) apply to the connections to the
+    router given by --router or started with --router-config (whose first listener must then match)."""
+    try:
+        security = Security.from_options(security_opts, url=router_url or "")
+        security.settings_kwargs()  # refuses mechanisms our client cannot do, before anything starts
+    except SecurityOptionError as exc:
+        raise click.UsageError(str(exc)) from None
+    secured = security.tls or security.username
+    if secured and not (router_url or router_config):
+        raise click.UsageError("TLS/SASL options need --router or --router-config (a listener that serves them)")
+    if secured and (brokered or hops):
+        raise click.UsageError("TLS/SASL options are not for --brokered or --hops runs (they start their own "
+                               "plaintext daemons)")
     if router_config and router_url:
         raise click.UsageError("give --router-config or --router, not both")
     if rabbitmq and not brokered:
@@ -362,7 +382,7 @@ def main(senders, receivers, messages, size, presettled, window, address, router
         rep = run_bench(senders=senders, receivers=receivers, messages=messages, size=size, presettled=presettled,
                         window=window, address=address, router_config=router_config, router=router_url,
                         router_pid=router_pid, direct=direct, duration_limit=duration_limit, hops=hops,
-                        records=records)
+                        records=records, security=security if secured else None)
     except BenchError as exc:
         click.echo(f"tdbench: {exc}", err=True)
         sys.exit(2)

@@ -155,11 +155,12 @@ class BrokerProcess(_BenchDaemon):
 
 
 def parse_router_url(url: str) -> tuple[str, int]:
-    """``amqp://127.0.0.1:5672``, ``127.0.0.1:5672`` or ``localhost:5672`` -> (host, port); local only."""
+    """``amqp[s]://127.0.0.1:5672``, ``127.0.0.1:5672`` or ``localhost:5672`` -> (host, port); local only.
+    Without a port: 5671 for amqps://, else 5672."""
     u = urlparse(url if "://" in url else f"amqp://{url}")
     host = u.hostname or "127.0.0.1"
     if host == "localhost":
         host = "127.0.0.1"
     if host != "127.0.0.1":
         raise click.BadParameter("tdbench only talks to 127.0.0.1", param_hint="--router")
-    return host, u.port or 5672
+    return host, u.port or (5671 if u.scheme == "amqps" else 5672)

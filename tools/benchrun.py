@@ -18,7 +18,7 @@ from tools.benchclient import (
 )
 from wire import raw
 from wire.connection import ConnectionSettings, EngineConnection
-from wire.driver import run_connection, serve_listener
+from wire.driver import open_stream, run_connection, serve_listener
 from wire.flowrecords import FlowRecorder
 
 # Receivers' credit window and how much credit they hand back at a time.
@@ -30,8 +30,9 @@ STALL_SECONDS = 10.0
 CLOSE_SECONDS = 3.0
 
 
-def client_settings(name: str) -> ConnectionSettings:
-    return ConnectionSettings(container_id=name, offered_capabilities=(), max_frame_size=CLIENT_MAX_FRAME)
+def client_settings(name: str, **sasl) -> ConnectionSettings:
+    """``sasl``: the SASL login keywords of ConnectionSettings (tools.security.Security.settings_kwargs)."""
+    return ConnectionSettings(container_id=name, offered_capabilities=(), max_frame_size=CLIENT_MAX_FRAME, **sasl)
 
 
 def attach_sender(engine: EngineConnection, name: str, address: str, presettled: bool):
@@ -86,15 +87,19 @@ async def _watch(run: LoadRun, deadline: float) -> None:
 
 
 class _Connections:
-    """The client connections of one run and how many of their driver tasks are still running."""
+    """The client connections of one run and how many of their driver tasks are still running.
+    ``security`` (tools.security.Security): TLS and SASL login for every connection, or None."""
 
-    def __init__(self):
+    def __init__(self, security=None):
         self.engines: list[EngineConnection] = []
         self.running = 0
+        self.tls = security.client_tls() if security is not None else None
+        self.sasl = security.settings_kwargs() if security is not None else {}
 
     async def open(self, host: str, port: int, handler: BenchHandler, name: str, nursery) -> EngineConnection:
-        stream = await trio.open_tcp_stream(host, port)
-        engine = EngineConnection(handler, client_settings(name), server=False, remote_host=f"{host}:{port}")
+        stream = await open_stream(host, port, self.tls)
+        engine = EngineConnection(handler, client_settings(name, **self.sasl), server=False,
+                                  remote_host=f"{host}:{port}")
         self.engines.append(engine)
         self.running += 1
         nursery.start_soon(self._drive, stream, engine)
@@ -133,20 +138,21 @@ async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, me
                        presettled: bool, window: int, address: str, warmup: int, deadline: float,
                        router_pid: int | None = None, durable: bool = False,
                        source_address: str | None = None, rx_host: str | None = None,
-                       rx_port: int | None = None, records: str | None = None) -> dict:
+                       rx_port: int | None = None, records: str | None = None, security=None) -> dict:
     """S senders and R receivers on separate connections to a router (or broker) at host:port, one
     address (``source_address``, when given, is the receivers' address: RabbitMQ names one queue
     differently for its senders and receivers). ``rx_host``/``rx_port``: the receivers attach to another
     router of a mesh (the inter-router hops bench); ``router_pid`` may then be a list of pids.
     ``records``: write client flow records (sent, received, settled) into this directory; every message
-    then gets its own message-id (slower: a comparison run, not a throughput figure)."""
+    then gets its own message-id (slower: a comparison run, not a throughput figure). ``security``: a
+    tools.security.Security for TLS and SASL on every connection."""
     run = LoadRun(messages, warmup, size, presettled, router_pid)
     pid = os.getpid()
     if records:
         run.recorder = FlowRecorder(records, f"tdbench-{pid}")
     probe = MessageTemplate(size, durable=durable, id_prefix=f"tdbench-{pid}-0-" if records else None)
     handler = BenchHandler(run, may_split=probe.encoded_size > MAX_UNSPLIT)
-    conns = _Connections()
+    conns = _Connections(security)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch, run, deadline)
         if run.recorder is not None:

@@ -48,10 +48,16 @@ def node_address(router_id: str | None) -> str:
 class ManagementClient:
     """Blocking request/response over one connection; use as a context manager."""
 
-    def __init__(self, bus: str = DEFAULT_URL, *, timeout: float = DEFAULT_TIMEOUT, router_id: str | None = None):
+    def __init__(self, bus: str = DEFAULT_URL, *, timeout: float = DEFAULT_TIMEOUT, router_id: str | None = None,
+                 security=None):
+        """``security``: a :class:`tools.security.Security` (TLS, SASL login), or None for plain anonymous."""
         self.timeout = timeout
         self.router_id = router_id
-        self.connection = BlockingConnection(normalise_url(bus), timeout=timeout)
+        if security is None:
+            url, kw = normalise_url(bus), {}
+        else:
+            url, kw = security.proton_url(bus), security.proton_connect_kwargs()
+        self.connection = BlockingConnection(url, timeout=timeout, **kw)
         self.receiver = self.connection.create_receiver(None, dynamic=True)
         self.reply_to = self.receiver.remote_source.address
         self._senders: dict[str, Any] = {}

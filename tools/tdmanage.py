@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from tools.mgmtclient import DEFAULT_TIMEOUT, ManagementClient, ManagementFailed
+from tools.security import Security, SecurityOptionError, add_security_options
 
 NODE_OPERATIONS = {"get-types": "GET-TYPES", "get-attributes": "GET-ATTRIBUTES",
                    "get-operations": "GET-OPERATIONS", "get-mgmt-nodes": "GET-MGMT-NODES",
@@ -51,7 +52,8 @@ def parse_assignments(items: list[str]) -> dict:
 def run(opts) -> Any:
     """Perform the request; returns what to print (None for nothing)."""
     op = opts.operation
-    with ManagementClient(opts.bus, timeout=opts.timeout, router_id=opts.router) as client:
+    with ManagementClient(opts.bus, timeout=opts.timeout, router_id=opts.router,
+                          security=getattr(opts, "security", None)) as client:
         if op == "query":
             if not opts.type:
                 raise SystemExit("tdmanage: query needs --type")
@@ -87,11 +89,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--type", help="entity type, full or short (connection, router.link, address, queue...)")
     p.add_argument("--name", help="entity name")
     p.add_argument("--identity", help="entity identity")
-    p.add_argument("-b", "--bus", default="127.0.0.1:5672", help="host:port of the router or broker")
+    p.add_argument("-b", "--bus", default="127.0.0.1:5672",
+                   help="host:port or amqp[s]://host:port of the router or broker")
     p.add_argument("-r", "--router", default=None, metavar="ROUTER-ID", help="manage this router of the mesh")
     p.add_argument("--limit", type=int, default=None, help="query: at most this many rows")
     p.add_argument("--json", action="store_true", help="compact one-line JSON")
     p.add_argument("-t", "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait for answers")
+    add_security_options(p)
     return p
 
 
@@ -101,12 +105,20 @@ def main(argv=None) -> None:
     if opts.operation.lower() in ("query", "read", "create", "update", "delete"):
         opts.operation = opts.operation.lower()
     try:
+        opts.security = Security.from_options(opts, url=opts.bus)
+    except SecurityOptionError as exc:
+        print(f"tdmanage: {exc}", file=sys.stderr)
+        sys.exit(2)
+    try:
         result = run(opts)
     except ManagementFailed as exc:
         print(f"tdmanage: {exc}", file=sys.stderr)
         sys.exit(1)
     except SystemExit:
         raise
+    except SecurityOptionError as exc:
+        print(f"tdmanage: {exc}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # connection refused, timeout: one line, not a traceback

@@ -16,6 +16,7 @@ import time
 from typing import Callable
 
 from tools.mgmtclient import DEFAULT_TIMEOUT, ManagementClient, ManagementFailed
+from tools.security import Security, SecurityOptionError, add_security_options
 
 T = "org.apache.qpid.dispatch."
 ARTEMIS = "org.apache.activemq.artemis."
@@ -393,7 +394,8 @@ def _router_id(client: ManagementClient, router_id=None) -> str:
 
 def run(opts, out=sys.stdout) -> int:
     now = datetime.datetime.now(datetime.timezone.utc)
-    with ManagementClient(opts.bus, timeout=opts.timeout, router_id=opts.router) as client:
+    with ManagementClient(opts.bus, timeout=opts.timeout, router_id=opts.router,
+                          security=getattr(opts, "security", None)) as client:
         if opts.view == "broker":
             queues = client.query(ARTEMIS + "queue", QUEUE_ATTRS, limit=opts.limit)
             conns = client.query(ARTEMIS + "brokerConnection", BROKER_CONNECTION_ATTRS, limit=opts.limit)
@@ -441,7 +443,8 @@ def parser() -> argparse.ArgumentParser:
                               (("-e", "--edge"), "edge", "edge router connections"),
                               (("--broker",), "broker", "a tdbroker's queues and broker connections")):
         views.add_argument(*flags, dest="view", action="store_const", const=view, help=f"show {text}")
-    p.add_argument("-b", "--bus", default="127.0.0.1:5672", help="host:port of the router or broker")
+    p.add_argument("-b", "--bus", default="127.0.0.1:5672",
+                   help="host:port or amqp[s]://host:port of the router or broker")
     p.add_argument("-r", "--router", default=None, metavar="ROUTER-ID", help="ask this router of the mesh")
     p.add_argument("--all-routers", action="store_true", help="show the view for every router of the mesh")
     p.add_argument("-v", "--verbose", action="store_true", help="more columns")
@@ -450,6 +453,7 @@ def parser() -> argparse.ArgumentParser:
     fmt.add_argument("--csv", action="store_true", help="comma separated values")
     fmt.add_argument("--json", action="store_true", help="the raw rows as JSON")
     p.add_argument("-t", "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait for answers")
+    add_security_options(p)
     return p
 
 
@@ -458,10 +462,18 @@ def main(argv=None) -> None:
     if opts.view is None:
         opts.view = "general"
     try:
+        opts.security = Security.from_options(opts, url=opts.bus)
+    except SecurityOptionError as exc:
+        print(f"tdstat: {exc}", file=sys.stderr)
+        sys.exit(2)
+    try:
         code = run(opts)
     except ManagementFailed as exc:
         print(f"tdstat: {exc}", file=sys.stderr)
         code = 1
+    except SecurityOptionError as exc:
+        print(f"tdstat: {exc}", file=sys.stderr)
+        code = 2
     except KeyboardInterrupt:
         code = 130
     except Exception as exc:  # connection refused, timeout: one line, not a traceback

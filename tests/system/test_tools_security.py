@@ -1,0 +1,169 @@
+"""tdstat, tdmanage and tdbench (real processes) against a TLS + SASL listener that refuses anonymous logins.
+
+The listener is a router (router.core.Router with its management agent) behind wire.driver.serve_listener
+with TLS required and our SASL layer (authenticate_peer), run in the test's own Trio loop; the tools run as
+subprocesses. Certificates are made at test time by trustme (no private key is committed).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import pytest
+import trio
+import trustme
+
+from router.core import Router
+from router.daemon import attach_agent
+from router.management import ManagementAgent
+from tests.system.harness import REPO_ROOT
+from wire.driver import serve_listener
+from wire.tls import ServerTls, TlsProfile
+from wire.users import Users
+
+HOST = "127.0.0.1"
+# proton's peer-name check matches the certificate's DNS names (and common name), not IP addresses: the
+# proton-based tools dial the listener by name.
+NAME = "localhost"
+TIMEOUT = 60
+ALL_MECHANISMS = "SCRAM-SHA-512 SCRAM-SHA-256 PLAIN"
+
+
+class Pki:
+    def __init__(self, folder):
+        self.folder = folder
+        self.ca = trustme.CA(organization_name="trio-dispatch tool tests")
+        self.ca_file = self.write("ca.pem", self.ca.cert_pem.bytes())
+        cert = self.ca.issue_cert(HOST, "localhost", common_name="router-t")
+        self.server = TlsProfile(name="server", cert_file=self.write("server-cert.pem", cert.cert_chain_pems[0].bytes()),
+                                 private_key_file=self.write("server-key.pem", cert.private_key_pem.bytes()),
+                                 ca_cert_file=self.ca_file)
+        other = trustme.CA(organization_name="someone else")
+        self.other_ca_file = self.write("other-ca.pem", other.cert_pem.bytes())
+
+    def write(self, name: str, data: bytes) -> str:
+        path = self.folder / name
+        path.write_bytes(data)
+        return str(path)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def users() -> Users:
+    u = Users()
+    u.set_password("admin", "s3cret-pw")
+    return u
+
+
+async def start_secure_router(nursery, pki: Pki, users: Users, *, mechanisms: str = ALL_MECHANISMS):
+    """A router with $management behind a listener that requires TLS and a SASL login; returns (router, port)."""
+    router = Router("RT")
+    attach_agent(router, ManagementAgent(router, clock=trio.current_time))
+    settings = router.connection_settings(sasl_users=users, sasl_mechanisms=mechanisms, authenticate_peer=True)
+
+    def make_engine(remote):
+        return router.new_engine(settings, server=True, remote_host=remote)
+
+    tls = ServerTls(pki.server.server_context(), required=True)
+    listeners = await nursery.start(functools.partial(serve_listener, HOST, 0, make_engine, tls=tls))
+    return router, listeners[0].socket.getsockname()[1]
+
+
+async def tool(module: str, *args: str, env: dict | None = None):
+    """Run ``python -m module args`` without blocking the server's loop; returns the completed process."""
+    full_env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    full_env.pop("TD_SASL_PASSWORD", None)
+    full_env.update(env or {})
+    with trio.fail_after(TIMEOUT):
+        return await trio.run_process([sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=full_env,
+                                      capture_stdout=True, capture_stderr=True, check=False)
+
+
+def out(proc) -> str:
+    return proc.stdout.decode() + proc.stderr.decode()
+
+
+@pytest.fixture
+def password_file(tmp_path) -> str:
+    path = tmp_path / "admin.pw"
+    path.write_text("s3cret-pw\n")
+    return str(path)
+
+
+async def test_tdstat_general_over_tls_with_plain_from_a_password_file(pki, users, password_file):
+    async with trio.open_nursery() as nursery:
+        router, port = await start_secure_router(nursery, pki, users)
+        proc = await tool("tools.tdstat", "-g", "-b", f"amqps://{NAME}:{port}", "--ssl-trustfile", pki.ca_file,
+                          "--sasl-mechanisms", "PLAIN", "--sasl-username", "admin",
+                          "--sasl-password-file", password_file)
+        assert proc.returncode == 0, out(proc)
+        assert "Router Id" in proc.stdout.decode() and "RT" in proc.stdout.decode()
+        nursery.cancel_scope.cancel()
+
+
+async def test_tdmanage_query_over_tls_with_the_password_from_the_environment(pki, users):
+    async with trio.open_nursery() as nursery:
+        router, port = await start_secure_router(nursery, pki, users)
+        # -b host:port with an --ssl-* option means TLS
+        proc = await tool("tools.tdmanage", "query", "--type", "connection", "-b", f"{NAME}:{port}",
+                          "--ssl-trustfile", pki.ca_file, "--sasl-username", "admin", "--json",
+                          env={"TD_SASL_PASSWORD": "s3cret-pw"})
+        assert proc.returncode == 0, out(proc)
+        rows = json.loads(proc.stdout)
+        assert rows and all(r["type"] == "org.apache.qpid.dispatch.connection" for r in rows), rows
+        assert "s3cret-pw" not in out(proc)
+        nursery.cancel_scope.cancel()
+
+
+async def test_refusals_wrong_password_anonymous_plaintext_untrusted(pki, users, tmp_path):
+    wrong = tmp_path / "wrong.pw"
+    wrong.write_text("not-the-password\n")
+    async with trio.open_nursery() as nursery:
+        router, port = await start_secure_router(nursery, pki, users)
+        url = f"amqps://{NAME}:{port}"
+        bad_pw = await tool("tools.tdstat", "-g", "-b", url, "--ssl-trustfile", pki.ca_file,
+                            "--sasl-username", "admin", "--sasl-password-file", str(wrong), "-t", "10")
+        assert bad_pw.returncode == 1 and "not-the-password" not in out(bad_pw), out(bad_pw)
+        anonymous = await tool("tools.tdstat", "-g", "-b", url, "--ssl-trustfile", pki.ca_file, "-t", "10")
+        assert anonymous.returncode == 1, out(anonymous)
+        plaintext = await tool("tools.tdstat", "-g", "-b", f"{HOST}:{port}", "--sasl-username", "admin",
+                               "-t", "10", env={"TD_SASL_PASSWORD": "s3cret-pw"})
+        assert plaintext.returncode == 1, out(plaintext)
+        untrusted = await tool("tools.tdmanage", "query", "--type", "connection", "-b", url,
+                               "--ssl-trustfile", pki.other_ca_file, "--sasl-username", "admin", "-t", "10",
+                               env={"TD_SASL_PASSWORD": "s3cret-pw"})
+        assert untrusted.returncode == 1, out(untrusted)
+        assert "Authentication failed [mech=PLAIN]" in out(bad_pw)
+        assert "Authentication failed" in out(anonymous)
+        assert "requires TLS" in out(plaintext)
+        assert "certificate verify failed" in out(untrusted)
+        assert not any("s3cret-pw" in out(p) for p in (bad_pw, anonymous, plaintext, untrusted))
+        nursery.cancel_scope.cancel()
+
+
+async def test_scram_is_refused_by_tdstat_with_a_clear_message(pki, users):
+    proc = await tool("tools.tdstat", "-g", "-b", f"amqps://{HOST}:1", "--ssl-trustfile", pki.ca_file,
+                      "--sasl-mechanisms", "SCRAM-SHA-256", "--sasl-username", "admin",
+                      env={"TD_SASL_PASSWORD": "s3cret-pw"})
+    assert proc.returncode == 2
+    assert "SCRAM-SHA-256: not supported by this tool" in proc.stderr.decode()
+
+
+async def test_tdbench_over_tls_with_scram(pki, users):
+    async with trio.open_nursery() as nursery:
+        router, port = await start_secure_router(nursery, pki, users, mechanisms="SCRAM-SHA-256")
+        proc = await tool("tools.bench", "--router", f"amqps://{HOST}:{port}", "--ssl-trustfile", pki.ca_file,
+                          "--sasl-username", "admin", "--messages", "2000", "--no-direct", "--json",
+                          env={"TD_SASL_PASSWORD": "s3cret-pw"})
+        assert proc.returncode == 0, out(proc)
+        rep = json.loads(proc.stdout)
+        assert rep["ok"] and rep["router"]["received"] == 2000, rep
+        assert rep.get("tls") is True
+        nursery.cancel_scope.cancel()
