@@ -347,21 +347,7 @@ def _rules_router(ent: Entity, label: str) -> None:
         ent.attrs["name"] = rid
 
 
-def _connector_mechanisms(ent: Entity, label: str) -> None:
-    """A connector logs in with PLAIN when it has a saslUsername, ANONYMOUS otherwise (wire/sasl.py):
-    a saslMechanisms list without that mechanism would be accepted and ignored, so it is refused."""
-    given = schema.mechanisms(ent["saslMechanisms"])
-    used = "PLAIN" if ent["saslUsername"] else "ANONYMOUS"
-    if given and used not in given:
-        raise _err(ent, "saslMechanisms",
-                   f"{label}: saslMechanisms is not enforced yet: this connector logs in with {used} "
-                   f"(PLAIN when saslUsername is given, ANONYMOUS otherwise); use saslMechanisms: {used} "
-                   "or leave it out")
-
-
 def _rules_connection(ent: Entity, label: str) -> None:
-    if ent.type == "connector":
-        _connector_mechanisms(ent, label)
     if ent.type == "connector" and ent["retryMaxDelaySeconds"] < ent["retryDelaySeconds"]:
         raise _err(ent, "retryMaxDelaySeconds",
                    f"{label}: retryMaxDelaySeconds {ent['retryMaxDelaySeconds']} is below "
@@ -488,8 +474,8 @@ def parse_config(text: str, path: str = "<config>") -> RouterConfig:
         _assign_names(ents, kind)
         setattr(cfg, attr, ents)
 
-    # sslProfile sections and attributes are refused while TLS is not enforced (schema.UNENFORCED), so
-    # there is no reference between them to check yet.
+    # References from listeners/connectors to sslProfile sections, and the profiles' files, are checked
+    # by router/security.py (daemon check_config), which needs the files on disk.
     modules: dict[str, Entity] = {}
     for e in cfg.logs:
         if e["module"] in modules:

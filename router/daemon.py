@@ -30,7 +30,7 @@ from router.management import ManagementAgent
 from router.services import ServiceManager
 from wire.driver import ConnectionLimit, shut_down_on_signal
 from wire.management import MANAGEMENT_ADDRESS
-from wire.sasl import SaslConfigError, server_mechanisms
+from router.security import RouterSecurity
 
 log = logging.getLogger("router.daemon")
 
@@ -39,23 +39,26 @@ SHUTDOWN_GRACE_SECONDS = 3.0
 DEFAULT_CONFIG = "conf/router.conf"
 
 
-def _settings(router: Router, entity, *, server: bool):
+def _settings(router: Router, entity, *, server: bool, security: RouterSecurity | None = None):
+    """ConnectionSettings for a listener (``server``) or connector, and its TLS (None: plaintext).
+    Raises router.security.SecurityConfigError (a ValueError) for a setting that cannot be enforced."""
     a = entity.attrs
+    sec = (security or RouterSecurity()).connection_kwargs("listener" if server else "connector", entity)
+    tls = sec.pop("tls")
     return router.connection_settings(
         role=a.get("role") or "normal",
         name=a.get("name") or "",
         max_frame_size=int(a.get("maxFrameSize") or 16384),
         max_sessions=int(a.get("maxSessions") or 32768),
         idle_timeout_seconds=float(a.get("idleTimeoutSeconds") if a.get("idleTimeoutSeconds") is not None else 16),
-        sasl_mechanisms=a.get("saslMechanisms") or "ANONYMOUS",
-        authenticate_peer=bool(a.get("authenticatePeer")),
         link_capacity=int(a.get("linkCapacity") or 250),
         max_message_size=int(a.get("maxMessageSize") or 0),
         cost=int(a.get("cost") or 1),
         strip_annotations=a.get("stripAnnotations") or "both",
         sasl_username=None if server else a.get("saslUsername"),
         sasl_password=None if server else resolve_secret(a.get("saslPassword")),
-    )
+        **sec,
+    ), tls
 
 
 def resolve_secret(value: str | None) -> str | None:
@@ -72,13 +75,15 @@ def resolve_secret(value: str | None) -> str | None:
     return value
 
 
-def check_config(cfg: RouterConfig) -> None:
-    """Checks that need this build's capabilities, reported like parse errors (FILE:LINE)."""
-    for entity in cfg.listeners:
-        try:
-            server_mechanisms(entity.get("saslMechanisms"))
-        except SaslConfigError as exc:
-            raise ConfigError(entity.path, entity.line, f"listener: {exc}") from None
+def check_config(cfg: RouterConfig) -> RouterSecurity:
+    """Checks that need this build's capabilities and the files on disk, reported like parse errors
+    (FILE:LINE): the sslProfiles' certificates and keys, the SASL configuration and users file, and each
+    listener's and connector's TLS and SASL settings. Returns the loaded security settings."""
+    def error(entity, attribute, message):
+        line = entity.attr_lines.get(attribute, entity.line) if attribute else entity.line
+        return ConfigError(entity.path, line, message)
+
+    security = RouterSecurity.from_config(cfg, error)
     for entity in cfg.flow_records:
         from wire.flowrecords import FlowRecordError
 
@@ -86,6 +91,7 @@ def check_config(cfg: RouterConfig) -> None:
             recorder_from_config(cfg, cfg.router["id"] or "check")
         except FlowRecordError as exc:
             raise ConfigError(entity.path, entity.line, f"flowRecords: {exc}") from None
+    return security
 
 
 # How often time-driven router work (auto-link retries) is looked at; the retries are seconds apart.
@@ -149,7 +155,8 @@ def buffer_budget(router_entity) -> BufferBudget:
         stalled_delivery_timeout=float(get("stalledDeliveryTimeoutSeconds", DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS)))
 
 
-async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def run_router(cfg: RouterConfig, security: RouterSecurity | None = None, *,
+                     task_status=trio.TASK_STATUS_IGNORED) -> None:
     router = Router(
         cfg.router["id"],
         default_distribution=cfg.router.get("defaultDistribution") or "balanced",
@@ -166,7 +173,7 @@ async def run_router(cfg: RouterConfig, *, task_status=trio.TASK_STATUS_IGNORED)
     # ready line always means a graceful shutdown.
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            await _serve(router, cfg, signals, task_status)
+            await _serve(router, cfg, security or RouterSecurity(), signals, task_status)
     finally:
         if router.flow is not None:
             router.flow.close()  # the last file gets its final name
@@ -185,9 +192,12 @@ def attach_agent(router: Router, agent: ManagementAgent) -> None:
     router.add_local_endpoint(MANAGEMENT_ADDRESS, on_request)
 
 
-async def _serve(router: Router, cfg: RouterConfig, signals, task_status) -> None:
+async def _serve(router: Router, cfg: RouterConfig, security: RouterSecurity, signals, task_status) -> None:
+    def settings_for(router_, entity, *, server: bool):
+        return _settings(router_, entity, server=server, security=security)
+
     async with trio.open_nursery() as nursery:
-        services = ServiceManager(router, nursery, _settings, connection_limit=connection_limit(cfg))
+        services = ServiceManager(router, nursery, settings_for, connection_limit=connection_limit(cfg))
         for entity in cfg.listeners:
             host = entity.get("host") or ""
             port = int(entity["port"])
@@ -216,14 +226,14 @@ def main(config_path: str) -> None:
     """tdrouterd: an AMQP 1.0 message router in the style of Qpid Dispatch Router."""
     try:
         cfg = load_config(config_path)
-        check_config(cfg)
+        security = check_config(cfg)
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
     configure_logging(cfg.logs)
     warn_pending_features(cfg)
     try:
-        trio.run(run_router, cfg)
+        trio.run(run_router, cfg, security)
     except SystemExit as exc:
         if isinstance(exc.code, str):
             click.echo(exc.code, err=True)

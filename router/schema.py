@@ -267,9 +267,10 @@ _ROUTER = _entity("router", "router", [
     Attr("workerThreads", "integer", 4, min=1, status=INERT,
          doc="Dispatch's thread count. tdrouterd runs one Trio event loop; accepted and ignored."),
     Attr("debugDumpFile", "path", legacy=("debugDump",), status=INERT, doc="Dispatch debug dump file."),
-    Attr("saslConfigDir", "path", legacy=("saslConfigPath",), status=REFUSED,
-         doc="Directory of the Cyrus SASL configuration."),
-    Attr("saslConfigName", "string", "qdrouterd", status=REFUSED, doc="SASL configuration name."),
+    Attr("saslConfigDir", "path", legacy=("saslConfigPath",),
+         doc="Directory of the Cyrus-style SASL configuration <saslConfigName>.conf (mech_list, sasldb_path "
+             "naming a users file made with tdpasswd)."),
+    Attr("saslConfigName", "string", "qdrouterd", doc="SASL configuration name (the file <name>.conf)."),
     Attr("allowResumableLinkRoute", "boolean", True, status=PENDING,
          doc="Allow link routes for durable or expiring termini."),
     Attr("timestampsInUTC", "boolean", False, status=PENDING, doc="Log timestamps in UTC instead of local time."),
@@ -303,8 +304,9 @@ def _connection_attrs(kind: str) -> list[Attr]:
              doc="normal: clients; inter-router: another interior router; route-container: "
                  "a broker or other container for link routes and auto-links; edge: edge uplink."),
         Attr("cost", "integer", 1, min=1, doc="inter-router role only: cost of this connection."),
-        Attr("sslProfile", "string", status=REFUSED, doc="Name of an sslProfile section."),
-        Attr("saslMechanisms", "string", doc="Space separated SASL mechanisms."),
+        Attr("sslProfile", "string", doc="Name of an sslProfile section: this connection runs over TLS."),
+        Attr("saslMechanisms", "string", doc="Space separated SASL mechanisms (listener: offered; connector: "
+             "used to log in)."),
         Attr("maxFrameSize", "integer", 16384, min=512, max=2**32 - 1,
              doc="Largest AMQP frame offered in OPEN."),
         Attr("maxSessions", "integer", 32768, min=0, max=65535,
@@ -335,10 +337,12 @@ _LISTENER = _entity("listener", "listener", [
     *_connection_attrs("listener"),
     Attr("socketAddressFamily", "enum", enum=ADDRESS_FAMILIES, legacy=("protocolFamily",), status=PENDING,
          doc="Force IPv4 or IPv6; default: from the host."),
-    Attr("authenticatePeer", "boolean", False, status=REFUSED, doc="Require an authenticated SASL identity."),
+    Attr("authenticatePeer", "boolean", False,
+         doc="No anonymous login; on a TLS listener a client certificate signed by caCertFile is required."),
     Attr("saslPlugin", "string", status=REFUSED, doc="Name of an authServicePlugin."),
-    Attr("requireEncryption", "boolean", False, status=REFUSED, doc="Require an encrypted connection."),
-    Attr("requireSsl", "boolean", False, status=REFUSED, doc="Require TLS."),
+    Attr("requireEncryption", "boolean", False, doc="Require an encrypted connection (TLS: the same as "
+         "requireSsl)."),
+    Attr("requireSsl", "boolean", False, doc="Refuse plaintext on a listener with an sslProfile."),
     Attr("trustedCertsFile", "path", legacy=("trustedCerts",), status=REFUSED,
          doc="PEM file of CAs accepted for client certificates."),
     Attr("initialHandshakeTimeoutSeconds", "integer", 0, min=0,
@@ -359,7 +363,7 @@ _CONNECTOR = _entity("connector", "connector", [
     *_connection_attrs("connector"),
     Attr("protocolFamily", "enum", enum=ADDRESS_FAMILIES, status=PENDING, doc="Force IPv4 or IPv6."),
     Attr("allowRedirect", "boolean", True, status=PENDING, doc="Follow a peer's redirect."),
-    Attr("verifyHostname", "boolean", True, legacy=("verifyHostName",), status=REFUSED,
+    Attr("verifyHostname", "boolean", True, legacy=("verifyHostName",),
          doc="Check the peer certificate's host name (TLS)."),
     Attr("saslUsername", "string", doc="SASL user name (PLAIN)."),
     Attr("saslPassword", "string", secret=True, doc="SASL password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
@@ -434,12 +438,14 @@ _SSL_PROFILE = _entity("sslProfile", "sslProfile", [
     Attr("certFile", "path", doc="PEM certificate of this end."),
     Attr("privateKeyFile", "path", legacy=("keyFile",), doc="PEM private key."),
     Attr("password", "string", secret=True, doc="Key password ('env:VAR', 'file:PATH', 'pass:TEXT' or text)."),
-    Attr("passwordFile", "path", status=DEPRECATED, doc="Deprecated in Dispatch; use 'password: file:'."),
+    Attr("passwordFile", "path", doc="File whose first line is the key password (deprecated in Dispatch; "
+         "use 'password: file:')."),
     Attr("ciphers", "string", doc="OpenSSL cipher list."),
     Attr("protocols", "string", doc="Space separated TLS versions."),
-    Attr("uidFormat", "string", doc="Certificate fields that make the user id."),
-    Attr("uidNameMappingFile", "string", legacy=("displayNameFile",), doc="uid to display-name map."),
-], status=REFUSED, doc="TLS settings shared by listeners and connectors.")
+    Attr("uidFormat", "string", status=REFUSED, doc="Certificate fields that make the user id."),
+    Attr("uidNameMappingFile", "string", legacy=("displayNameFile",), status=REFUSED,
+         doc="uid to display-name map."),
+], doc="TLS settings shared by listeners and connectors.")
 
 _FLOW_RECORDS = _entity("flowRecords", "flowRecords", [
     _name("Unique name of this entity."),
@@ -510,40 +516,26 @@ def entity_type(name: str) -> EntityType | None:
 # A setting that means "secure" and is accepted but ignored leaves the operator believing in a protection
 # that does not exist (a listener with requireSsl taking plaintext anonymous clients). So each one below is
 # refused at start-up with FILE:LINE, and by management CREATE with 400, unless it is absent or has a value
-# that means "off" (``no``/``false``; ``saslMechanisms: ANONYMOUS`` on a listener). docs/configuration.md
-# marks each attribute enforced or refused.
+# that means "off" (``no``/``false``). TLS and SASL settings are enforced by router/security.py.
+# docs/configuration.md marks each attribute enforced or refused.
 
-_NO_TLS_LISTENER = ("tdrouterd has no TLS yet, so this listener would accept plaintext connections",
-                    "remove it and keep the listener on 127.0.0.1, or put a TLS terminator (such as stunnel) "
-                    "in front of the router")
-_NO_TLS_CONNECTOR = ("tdrouterd has no TLS yet, so this connector would connect in plaintext",
-                     "remove it (verifyHostname: no is accepted) and connect over a trusted network or a TLS tunnel")
-_NO_AUTH = ("tdrouterd's listeners cannot check passwords yet, so anonymous clients would be let in",
-            "set authenticatePeer: no and keep the listener on 127.0.0.1 or behind a firewall")
-_NO_SASL_CONFIG = ("tdrouterd does not read a Cyrus SASL configuration or users file yet, so no user would "
-                   "be checked", "remove it; listeners offer ANONYMOUS only")
+_NO_UID = ("user ids from certificate fields are not implemented (a client certificate authenticates as its "
+           "subject through SASL EXTERNAL)", "remove it")
 _NO_VHOSTS = ("vhost policies are not implemented yet, so none of their limits or permissions would apply",
               "remove it; the policy section's maxConnections is enforced")
 
 #: (section, attribute) -> (why it is refused, what to do instead). Refused unless absent or "off" (see
 #: :func:`unenforced`). A legacy spelling (trustedCerts, saslConfigPath, verifyHostName) is refused alike.
 UNENFORCED: dict[tuple[str, str], tuple[str, str]] = {
-    ("router", "saslConfigDir"): _NO_SASL_CONFIG,
-    ("router", "saslConfigName"): _NO_SASL_CONFIG,
-    ("listener", "sslProfile"): _NO_TLS_LISTENER,
-    ("listener", "requireSsl"): _NO_TLS_LISTENER,
-    ("listener", "requireEncryption"): _NO_TLS_LISTENER,
-    ("listener", "trustedCertsFile"): _NO_TLS_LISTENER,
-    ("listener", "authenticatePeer"): _NO_AUTH,
-    ("listener", "saslMechanisms"): ("listeners offer SASL ANONYMOUS only (there is no users file yet)",
-                                     "use saslMechanisms: ANONYMOUS or leave it out"),
+    ("listener", "trustedCertsFile"): ("a listener's trustedCertsFile is not read (Dispatch deprecated it)",
+                                       "put the trusted CAs in the sslProfile's caCertFile"),
     ("listener", "saslPlugin"): ("authentication services (authServicePlugin) are not implemented",
-                                 "remove it; listeners offer ANONYMOUS only"),
+                                 "remove it; use router saslConfigDir with a users file"),
+    ("sslProfile", "uidFormat"): _NO_UID,
+    ("sslProfile", "uidNameMappingFile"): _NO_UID,
     ("listener", "policyVhost"): _NO_VHOSTS,
     ("listener", "multiTenant"): ("per-vhost address prefixes are not implemented yet, so tenants would share "
                                   "one address space", "set multiTenant: no and run one router per tenant"),
-    ("connector", "sslProfile"): _NO_TLS_CONNECTOR,
-    ("connector", "verifyHostname"): _NO_TLS_CONNECTOR,
     ("connector", "policyVhost"): _NO_VHOSTS,
     ("policy", "enableVhostPolicy"): _NO_VHOSTS,
     ("policy", "enableVhostNamePatterns"): _NO_VHOSTS,
@@ -553,14 +545,9 @@ UNENFORCED: dict[tuple[str, str], tuple[str, str]] = {
 
 #: Dispatch sections about security that tdrouterd does not enforce yet: refused wherever they appear.
 UNENFORCED_SECTIONS: dict[str, tuple[str, str]] = {
-    "sslProfile": ("tdrouterd has no TLS yet, so listeners and connectors would run in plaintext",
-                   "remove the sslProfile section and the sslProfile attributes that name it"),
     "vhost": _NO_VHOSTS,
     "authServicePlugin": ("authentication services are not implemented yet", "remove the section"),
 }
-
-#: The only SASL mechanism a listener can serve without a users file.
-LISTENER_MECHANISMS = ("ANONYMOUS",)
 
 
 def mechanisms(value: str | None) -> list[str]:
@@ -574,14 +561,12 @@ def unenforced(section: str, attr: str, value: Any) -> str | None:
     refusal = UNENFORCED.get((section, attr))
     if refusal is None or value is None or value is False:
         return None
-    if attr == "saslMechanisms" and mechanisms(value) in ([], list(LISTENER_MECHANISMS)):
-        return None
     why, instead = refusal
     return f"{attr} is not enforced yet: {why}; {instead}"
 
 
 def unenforced_section(name: str) -> str | None:
-    """The refusal for a whole section (``sslProfile``, ``vhost``, ``authServicePlugin``), or None."""
+    """The refusal for a whole section (``vhost``, ``authServicePlugin``), or None."""
     canon = TYPE_ALIASES.get(name, name)
     refusal = UNENFORCED_SECTIONS.get(canon) or UNENFORCED_SECTIONS.get(camel_case(name))
     if refusal is None:

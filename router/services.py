@@ -71,6 +71,7 @@ class Service:
     kind: str
     entity: Any
     settings: Any
+    tls: Any = None  # listener: wire.tls.ServerTls; connector: wire.tls.ClientTls; None: plaintext
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     listeners: list = field(default_factory=list)
     bound: list = field(default_factory=list)  # (host, port) of each listening socket
@@ -88,8 +89,9 @@ class Service:
         if self.kind != "connector":
             return {}
         host, port = self.entity.get("host") or "127.0.0.1", self.entity.get("port")
+        scheme = "amqps" if self.tls is not None else "amqp"
         return {"connectionStatus": self.state, "connectionMsg": self.message,
-                "failoverUrls": f"amqp://{host}:{port}"}
+                "failoverUrls": f"{scheme}://{host}:{port}"}
 
 
 class ServiceManager:
@@ -101,7 +103,7 @@ class ServiceManager:
         # Router-wide limit on connections accepted by all listeners (Dispatch's policy maxConnections).
         self.connection_limit = connection_limit or ConnectionLimit(0)
         self.nursery = nursery
-        self.settings_for = settings_for  # (router, entity, server=bool) -> ConnectionSettings
+        self.settings_for = settings_for  # (router, entity, server=bool) -> (ConnectionSettings, TLS or None)
         self.announce = announce
         self._services: dict[str, dict[str, Service]] = {"listener": {}, "connector": {}}
 
@@ -113,7 +115,8 @@ class ServiceManager:
         table = self._services[kind]
         if entity["name"] in table:
             raise ValueError(f"name '{entity['name']}' is already in use")
-        svc = Service(kind, entity, self.settings_for(self.router, entity, server=kind == "listener"))
+        settings, tls = self.settings_for(self.router, entity, server=kind == "listener")
+        svc = Service(kind, entity, settings, tls)
         if kind == "listener":
             svc.listeners = bind_tcp_listeners(entity.get("host") or "", int(entity["port"]))
             for lst in svc.listeners:
@@ -152,7 +155,7 @@ class ServiceManager:
 
         handle = connection_handler(
             make_engine, limits=(self.connection_limit,),
-            handshake_timeout=float(svc.entity.get("initialHandshakeTimeoutSeconds") or 0))
+            handshake_timeout=float(svc.entity.get("initialHandshakeTimeoutSeconds") or 0), tls=svc.tls)
         svc.listeners = backing_off(svc.listeners)
 
         with svc.scope:
@@ -186,7 +189,7 @@ class ServiceManager:
                 svc.scope.cancel()  # removed: never reconnect
 
         with svc.scope:
-            await run_connector(host, port, make_engine, backoff, on_state=on_state)
+            await run_connector(host, port, make_engine, backoff, on_state=on_state, tls=svc.tls)
 
     async def _finish_close(self, svc: Service) -> None:
         with trio.move_on_after(CONNECTOR_CLOSE_GRACE_SECONDS):

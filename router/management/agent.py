@@ -136,6 +136,13 @@ class ManagementAgent:
         refusal = schema.unenforced_section((req.type or "").removeprefix(schema.SCHEMA_PREFIX))
         if refusal is not None:
             raise bad_request(refusal)
+        # TLS profiles are loaded and checked (files, keys) at start-up only (router/security.py); a listener or
+        # connector created here may name one of those.
+        et = schema.entity_type((req.type or "").removeprefix(schema.SCHEMA_PREFIX))
+        if et is not None and et.name == "sslProfile":
+            raise bad_request("sslProfile cannot be created through management in tdrouterd: define it in the "
+                              "configuration file (it is checked at start-up) and name it in the listener or "
+                              "connector")
         adapter = self.adapter(req.type)
         attrs = wm.body_attributes(req)
         attrs.pop("type", None)

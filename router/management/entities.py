@@ -110,7 +110,12 @@ class RouterEntity(EntityAdapter):
 
 
 def sasl_of(engine) -> tuple[str | None, str | None]:
-    """(mechanism, user) the peer authenticated with; (None, None) when it skipped SASL."""
+    """(mechanism, user) the peer authenticated with; (None, None) when it skipped SASL. Our SASL layer
+    (wire/saslserver.py) answers first; proton's SASL when it ran instead."""
+    mech = getattr(engine, "sasl_mechanism", None)
+    if mech:
+        user = getattr(engine, "user", None)
+        return mech, (user or ("anonymous" if mech == "ANONYMOUS" else None))
     try:
         sasl = engine.transport.sasl()
         mech = sasl.mech or None
@@ -136,12 +141,15 @@ class ConnectionEntity(EntityAdapter):
         for rc in sorted(self.router.connections, key=lambda c: c.engine.id):
             e = rc.engine
             mech, user = sasl_of(e)
+            tls = getattr(e, "tls", None)  # wire.tls.TlsPeerInfo, None on plaintext
             values = {
                 "adminStatus": "enabled", "operStatus": "up", "protocol": "amqp",
                 "container": e.remote_container or "", "opened": True, "host": e.remote_host,
                 "dir": "in" if e.server else "out", "role": rc.role or "normal",
-                "isAuthenticated": mech is not None, "isEncrypted": False, "enableProtocolTrace": False,
-                "sasl": mech, "user": user or "anonymous", "ssl": False, "sslSsf": 0,
+                "isAuthenticated": mech is not None, "isEncrypted": tls is not None, "enableProtocolTrace": False,
+                "sasl": mech, "user": user or "anonymous", "ssl": tls is not None,
+                "sslProto": tls.protocol if tls else None, "sslCipher": tls.cipher if tls else None,
+                "sslSsf": tls.bits if tls else 0,
                 "uptimeSeconds": _seconds(now, rc.opened_at), "properties": _remote_properties(e),
                 "lastDlvSeconds": _seconds(now, rc.last_delivery_at), "active": True,
             }

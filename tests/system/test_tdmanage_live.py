@@ -320,8 +320,9 @@ def test_pattern_link_route_created_with_tdmanage_routes_across_a_mesh(two_route
 
 
 def test_security_settings_not_enforced_are_refused_and_passwords_never_shown(router_factory):
-    """Issue 12: a CREATE with a security setting the router does not enforce is a 400 naming it (not a
-    listener that takes plaintext anonymous clients), and a connector's saslPassword is never returned."""
+    """Issue 12: a CREATE with a security setting the router cannot enforce (an undefined sslProfile,
+    authenticatePeer without users, saslPlugin) is a 400 naming it (not a listener that takes plaintext
+    anonymous clients), and a connector's saslPassword is never returned."""
     b = router_factory(router_id="Router.B")
     a = router_factory(f"connector {{\n name: up\n host: 127.0.0.1\n port: {b.ports['amqp']}\n"
                        " saslUsername: admin\n saslPassword: pass:hunter2\n retryDelaySeconds: 0.2\n}",
@@ -329,10 +330,12 @@ def test_security_settings_not_enforced_are_refused_and_passwords_never_shown(ro
     port = free_port()
     for args, words in (
         (("create", "--type", "listener", "--name", "tls", "host=127.0.0.1", f"port={port}", "sslProfile=x"),
-         "sslProfile is not enforced yet"),
+         "sslProfile 'x' is not defined"),
         (("create", "--type", "listener", "--name", "auth", "host=127.0.0.1", f"port={port}",
-          "authenticatePeer=yes"), "authenticatePeer is not enforced yet"),
-        (("create", "--type", "sslProfile", "--name", "x", "certFile=/c"), "not enforced yet"),
+          "authenticatePeer=yes"), "authenticatePeer: yes leaves no mechanism"),
+        (("create", "--type", "sslProfile", "--name", "x", "certFile=/c"), "cannot be created through management"),
+        (("create", "--type", "listener", "--name", "plug", "host=127.0.0.1", f"port={port}", "saslPlugin=p"),
+         "saslPlugin is not enforced yet"),
     ):
         proc = tdmanage(a, *args, check=False)
         assert proc.returncode == 1 and proc.stderr.startswith("tdmanage: 400 "), (args, proc.stderr)

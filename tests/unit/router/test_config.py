@@ -550,25 +550,15 @@ def test_every_schema_attribute_is_documented():
 
 #: section -> (attribute as written, value that turns it on) for every entry of schema.UNENFORCED
 SECURITY_ON = [
-    ("router", "saslConfigDir", "/etc/sasl2"),
-    ("router", "saslConfigPath", "/etc/sasl2"),          # legacy spelling: refused alike
-    ("router", "saslConfigName", "qdrouterd"),
-    ("listener", "sslProfile", "tls"),
-    ("listener", "requireSsl", "yes"),
-    ("listener", "requireEncryption", "true"),
     ("listener", "trustedCertsFile", "/etc/ca.pem"),
-    ("listener", "trustedCerts", "/etc/ca.pem"),
-    ("listener", "authenticatePeer", "yes"),
-    ("listener", "saslMechanisms", "PLAIN"),
-    ("listener", "saslMechanisms", "ANONYMOUS SCRAM-SHA-256"),
+    ("listener", "trustedCerts", "/etc/ca.pem"),          # legacy spelling: refused alike
     ("listener", "saslPlugin", "auth"),
     ("listener", "policyVhost", "public"),
     ("listener", "multiTenant", "yes"),
-    ("connector", "sslProfile", "tls"),
-    ("connector", "verifyHostname", "yes"),
-    ("connector", "verifyHostName", "yes"),
     ("connector", "policyVhost", "public"),
-    ("connector", "saslMechanisms", "SCRAM-SHA-256"),
+    ("sslProfile", "uidFormat", "oun"),
+    ("sslProfile", "uidNameMappingFile", "/etc/names.json"),
+    ("sslProfile", "displayNameFile", "/etc/names.json"),
     ("policy", "enableVhostPolicy", "yes"),
     ("policy", "enableVhostNamePatterns", "yes"),
     ("policy", "policyDir", "/etc/policies"),
@@ -578,9 +568,10 @@ SECURITY_ON = [
 
 @pytest.mark.parametrize("section,attr,value", SECURITY_ON, ids=[f"{s}.{a}={v}" for s, a, v in SECURITY_ON])
 def test_unenforced_security_attribute_refused_with_file_and_line(section, attr, value):
-    text = f"# a comment\n{section} {{\n    port: 5672\n    {attr}: {value}\n}}\n" if section in (
-        "listener", "connector") else f"# a comment\n{section} {{\n    {attr}: {value}\n}}\n"
-    line = 4 if section in ("listener", "connector") else 3
+    first = {"listener": "port: 5672", "connector": "port: 5672", "sslProfile": "name: tls"}.get(section)
+    text = f"# a comment\n{section} {{\n    {first}\n    {attr}: {value}\n}}\n" if first else (
+        f"# a comment\n{section} {{\n    {attr}: {value}\n}}\n")
+    line = 4 if first else 3
     with pytest.raises(ConfigError) as info:
         parse_config(text, "sec.conf")
     canon = schema.entity_type(section).resolve(attr)
@@ -593,8 +584,9 @@ def test_every_unenforced_entry_is_tested_and_marked_refused():
     tested = {(s, schema.entity_type(s).resolve(a)) for s, a, _ in SECURITY_ON}
     assert set(schema.UNENFORCED) <= tested
     for section, attr in schema.UNENFORCED:
-        if attr != "saslMechanisms":     # enforced for ANONYMOUS: partly refused
-            assert schema.entity_type(section).attrs[attr].status == schema.REFUSED, (section, attr)
+        assert schema.entity_type(section).attrs[attr].status == schema.REFUSED, (section, attr)
+    refused = {(e.name, a.name) for e in schema.ENTITY_TYPES.values() for a in e if a.status == schema.REFUSED}
+    assert refused == set(schema.UNENFORCED)
 
 
 @pytest.mark.parametrize("text", [
@@ -609,7 +601,7 @@ def test_security_attributes_that_mean_off_are_accepted(text):
     parse_config(text, "off.conf")
 
 
-@pytest.mark.parametrize("section", ["sslProfile", "vhost", "authServicePlugin"])
+@pytest.mark.parametrize("section", ["vhost", "authServicePlugin"])
 def test_unenforced_security_sections_refused(section):
     with pytest.raises(ConfigError) as info:
         parse_config(f"router {{\n}}\n{section} {{\n  name: x\n}}\n", "s.conf")
@@ -617,11 +609,9 @@ def test_unenforced_security_sections_refused(section):
 
 
 @pytest.mark.parametrize("type,attrs,words", [
-    ("listener", {"port": "0", "sslProfile": "x"}, "sslProfile is not enforced yet"),
-    ("listener", {"port": "0", "authenticatePeer": True}, "authenticatePeer is not enforced yet"),
-    ("listener", {"port": "0", "requireSsl": "yes"}, "requireSsl is not enforced yet"),
-    ("connector", {"port": "1", "sslProfile": "x"}, "sslProfile is not enforced yet"),
-    ("org.apache.qpid.dispatch.sslProfile", {"name": "x"}, "section 'sslProfile' is not enforced yet"),
+    ("listener", {"port": "0", "saslPlugin": "x"}, "saslPlugin is not enforced yet"),
+    ("listener", {"port": "0", "trustedCertsFile": "/ca.pem"}, "trustedCertsFile is not enforced yet"),
+    ("org.apache.qpid.dispatch.sslProfile", {"name": "x", "uidFormat": "o"}, "uidFormat is not enforced yet"),
     ("vhost", {"hostname": "x"}, "section 'vhost' is not enforced yet"),
 ])
 def test_validate_entity_refuses_unenforced_security(type, attrs, words):

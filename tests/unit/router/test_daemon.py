@@ -71,7 +71,8 @@ def test_default_config_listens_on_loopback_only():
 
 
 def test_daemon_exits_2_with_file_and_line_for_an_unenforced_security_setting(tmp_path):
-    """The real tdrouterd refuses `requireSsl: yes` (not enforced yet) before it listens."""
+    """The real tdrouterd refuses `requireSsl: yes` without an sslProfile (nothing to encrypt with) before it
+    listens."""
     import subprocess
     import sys
 
@@ -81,5 +82,5 @@ def test_daemon_exits_2_with_file_and_line_for_an_unenforced_security_setting(tm
     proc = subprocess.run([sys.executable, "-m", "router.daemon", "-c", str(conf)], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert proc.stderr.startswith(f"{conf}:7: listener: requireSsl is not enforced yet: "), proc.stderr
+    assert proc.stderr.startswith(f"{conf}:7: listener: requireSsl: yes needs an sslProfile"), proc.stderr
     assert "listening" not in proc.stdout
