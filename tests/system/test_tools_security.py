@@ -41,6 +41,9 @@ class Pki:
         self.server = TlsProfile(name="server", cert_file=self.write("server-cert.pem", cert.cert_chain_pems[0].bytes()),
                                  private_key_file=self.write("server-key.pem", cert.private_key_pem.bytes()),
                                  ca_cert_file=self.ca_file)
+        client = self.ca.issue_cert("admin.example", common_name="admin")
+        self.client_cert = self.write("client-cert.pem", client.cert_chain_pems[0].bytes())
+        self.client_key = self.write("client-key.pem", client.private_key_pem.bytes())
         other = trustme.CA(organization_name="someone else")
         self.other_ca_file = self.write("other-ca.pem", other.cert_pem.bytes())
 
@@ -62,7 +65,8 @@ def users() -> Users:
     return u
 
 
-async def start_secure_router(nursery, pki: Pki, users: Users, *, mechanisms: str = ALL_MECHANISMS):
+async def start_secure_router(nursery, pki: Pki, users: Users | None, *, mechanisms: str = ALL_MECHANISMS,
+                              verify_client: bool = False):
     """A router with $management behind a listener that requires TLS and a SASL login; returns (router, port)."""
     router = Router("RT")
     attach_agent(router, ManagementAgent(router, clock=trio.current_time))
@@ -71,7 +75,7 @@ async def start_secure_router(nursery, pki: Pki, users: Users, *, mechanisms: st
     def make_engine(remote):
         return router.new_engine(settings, server=True, remote_host=remote)
 
-    tls = ServerTls(pki.server.server_context(), required=True)
+    tls = ServerTls(pki.server.server_context(verify_client=verify_client), required=True)
     listeners = await nursery.start(functools.partial(serve_listener, HOST, 0, make_engine, tls=tls))
     return router, listeners[0].socket.getsockname()[1]
 
@@ -112,12 +116,12 @@ async def test_tdmanage_query_over_tls_with_the_password_from_the_environment(pk
     async with trio.open_nursery() as nursery:
         router, port = await start_secure_router(nursery, pki, users)
         # -b host:port with an --ssl-* option means TLS
-        proc = await tool("tools.tdmanage", "query", "--type", "connection", "-b", f"{NAME}:{port}",
+        proc = await tool("tools.tdmanage", "query", "--type", "connection", "sasl", "user", "-b", f"{NAME}:{port}",
                           "--ssl-trustfile", pki.ca_file, "--sasl-username", "admin", "--json",
                           env={"TD_SASL_PASSWORD": "s3cret-pw"})
         assert proc.returncode == 0, out(proc)
         rows = json.loads(proc.stdout)
-        assert rows and all(r["type"] == "org.apache.qpid.dispatch.connection" for r in rows), rows
+        assert rows == [{"sasl": "PLAIN", "user": "admin"}], rows
         assert "s3cret-pw" not in out(proc)
         nursery.cancel_scope.cancel()
 
@@ -145,6 +149,21 @@ async def test_refusals_wrong_password_anonymous_plaintext_untrusted(pki, users,
         assert "requires TLS" in out(plaintext)
         assert "certificate verify failed" in out(untrusted)
         assert not any("s3cret-pw" in out(p) for p in (bad_pw, anonymous, plaintext, untrusted))
+        nursery.cancel_scope.cancel()
+
+
+async def test_tdmanage_logs_in_with_external_from_its_client_certificate(pki):
+    async with trio.open_nursery() as nursery:
+        router, port = await start_secure_router(nursery, pki, None, mechanisms="EXTERNAL", verify_client=True)
+        args = ("query", "--type", "connection", "-b", f"amqps://{NAME}:{port}", "--ssl-trustfile", pki.ca_file,
+                "--json", "-t", "10")
+        without_cert = await tool("tools.tdmanage", *args)
+        assert without_cert.returncode == 1, out(without_cert)
+        proc = await tool("tools.tdmanage", *args, "sasl", "user", "--ssl-certificate", pki.client_cert,
+                          "--ssl-key", pki.client_key, "--sasl-mechanisms", "EXTERNAL")
+        assert proc.returncode == 0, out(proc)
+        rows = json.loads(proc.stdout)
+        assert [r["sasl"] for r in rows] == ["EXTERNAL"] and "admin" in rows[0]["user"], rows
         nursery.cancel_scope.cancel()
 
 
