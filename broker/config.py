@@ -32,7 +32,10 @@ from .configmodel import (  # the objects this parser builds (re-exported: impor
     AddressSettings, BrokerConfig, BrokerConnection, BrokerConnectionElement, FlowRecordsConfig, QueueConfig,
     artemis_match, match_specificity_cmp,
 )
-from .security import ROLES_FILE, SecurityFileError, load_security, users_path
+from .security import (
+    ENFORCED_PERMISSIONS, ROLES_FILE, UNENFORCED_PERMISSIONS, SecurityFileError, SecuritySetting, load_security,
+    users_path,
+)
 from .xmlschema import BrokerConfigError, Ctx, children, did_you_mean, local
 
 __all__ = [
@@ -143,6 +146,7 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
     known = (set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED) | set(xs.CORE_LIMITS_UNENFORCED)
              | set(xs.CORE_SECURITY_UNENFORCED) | set(xs.CORE_SECURITY_ENFORCED))
     security_el = None
+    security_settings = ([], None)
     for name, el in children(ctx, core):
         if name in xs.CORE_UNSUPPORTED:
             raise ctx.error(el, f"<{name}> is not supported by tdbroker: {xs.CORE_UNSUPPORTED[name]}")
@@ -150,6 +154,10 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
             _once(ctx, seen, name, el)
             cfg.security_enabled = ctx.value(el, "bool")
             security_el = el
+            continue
+        if name == "security-settings":
+            _once(ctx, seen, name, el)
+            security_settings = (_parse_security_settings(ctx, el), el)
             continue
         if name in xs.CORE_SECURITY_UNENFORCED:
             _once(ctx, seen, name, el)
@@ -209,6 +217,13 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
                 raise ctx.error(el, f"<disk-scan-period> must be a positive number of ms, "
                                     f"got {cfg.disk_scan_period_ms}")
     _load_security(ctx, cfg, security_el)
+    settings, settings_el = security_settings
+    if settings:
+        if not cfg.security_enabled:
+            raise ctx.error(settings_el, "<security-setting> permissions need logins to check: with security off "
+                                         "(no users file, or <security-enabled>false) they would be ignored; add "
+                                         "artemis-users.properties or remove the <security-setting> elements")
+        cfg.security.settings = settings
     return cfg
 
 
@@ -239,9 +254,39 @@ def _security_off(ctx: Ctx, el, name: str) -> bool:
     """Whether a security element (xmlschema.CORE_SECURITY_UNENFORCED) has the value that means "off"."""
     if name in xs.CORE_SECURITY_BOOLEANS:
         return ctx.value(el, "bool") is False
-    if name == "security-settings":
-        return not any(isinstance(child.tag, str) for child in el)
     return False
+
+
+def _parse_security_settings(ctx: Ctx, parent) -> list[SecuritySetting]:
+    """``<security-setting match><permission type roles/>``: the permission types tdbroker checks
+    (security.ENFORCED_PERMISSIONS); the others are refused with the reason."""
+    out: list[SecuritySetting] = []
+    matches: dict[str, int] = {}
+    for name, el in children(ctx, parent):
+        if name != "security-setting":
+            raise _unknown(ctx, el, "security-settings", ["security-setting"])
+        ctx.check_attrs(el, ("match",))
+        match = _address_setting_match(ctx, el, ctx.attr(el, "match", required=True))
+        if match in matches:
+            raise ctx.error(el, f"duplicate security-setting match {match!r} (first at line {matches[match]})")
+        matches[match] = el.line
+        permissions: dict[str, frozenset] = {}
+        for pname, pel in children(ctx, el):
+            if pname != "permission":
+                raise _unknown(ctx, pel, "security-setting", ["permission"])
+            ctx.check_attrs(pel, ("type", "roles"))
+            kind = ctx.attr(pel, "type", required=True)
+            if kind in UNENFORCED_PERMISSIONS:
+                raise ctx.error(pel, f"permission type {kind!r} is not enforced yet: {UNENFORCED_PERMISSIONS[kind]}; "
+                                     f"remove it (checked: {', '.join(ENFORCED_PERMISSIONS)})")
+            if kind not in ENFORCED_PERMISSIONS:
+                raise ctx.error(pel, f"unknown permission type {kind!r}{did_you_mean(kind, ENFORCED_PERMISSIONS)}")
+            if kind in permissions:
+                raise ctx.error(pel, f"permission type {kind!r} given twice in this security-setting")
+            roles = ctx.attr(pel, "roles", required=True)
+            permissions[kind] = frozenset(r.strip() for r in roles.split(",") if r.strip())
+        out.append(SecuritySetting(match, permissions, el.line))
+    return out
 
 
 def _uri_tls(ctx: Ctx, el, what: str, params: dict, *, server: bool):

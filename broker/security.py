@@ -17,9 +17,8 @@ Users file, one user a line (``#`` and ``!`` start comment lines; the first ``=`
 Java properties escapes and continuation lines (a line ending in ``\\``) are refused rather than guessed.
 
 With security on, every acceptor requires a SASL login (SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN, checked
-by :mod:`wire.saslserver`); ANONYMOUS is not offered. Roles are read and checked, and used only by
-``<security-settings>``, which tdbroker refuses (no authorization yet): every user who logs in may send,
-consume and manage.
+by :mod:`wire.saslserver`); ANONYMOUS is not offered. Roles are read and checked, and used by
+``<security-settings>`` (:func:`permitted`); without any, every user who logs in may send, consume and manage.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ class BrokerSecurity:
     users: Users
     roles: dict = field(default_factory=dict)  # role -> tuple of user names
     warnings: list = field(default_factory=list)
+    settings: list = field(default_factory=list)  # SecuritySetting (empty: every user may do everything)
 
 
 def users_path(config_path: str) -> str:
@@ -147,3 +147,52 @@ def load_security(config_path: str) -> BrokerSecurity | None:
     rpath = roles_path(config_path)
     roles, warnings = load_roles(rpath, users) if os.path.exists(rpath) else ({}, [])
     return BrokerSecurity(users, roles, warnings)
+
+
+# --- authorization: <security-settings> -----------------------------------------------------------------------
+
+#: Artemis' permission types (Artemis docs, "Security", "Role based security for addresses") that tdbroker
+#: checks, and where: send (a client attaching a link to send to the address), consume (a link to consume
+#: from it), manage (sending to $management), createAddress + createDurableQueue (a link whose attach
+#: auto-creates an anycast queue), createDurableQueue / createNonDurableQueue (a durable or non-durable
+#: multicast subscription, a dynamic temporary queue).
+ENFORCED_PERMISSIONS = ("send", "consume", "manage", "createAddress", "createDurableQueue",
+                        "createNonDurableQueue")
+#: Artemis' types tdbroker does not check: refused when a <permission> grants one, so a rule is never
+#: accepted and ignored. type -> why.
+UNENFORCED_PERMISSIONS = {
+    "deleteAddress": "addresses are deleted through $management (the manage permission)",
+    "deleteDurableQueue": "closing a durable subscription deletes its queue without a check",
+    "deleteNonDurableQueue": "temporary queues go with their link without a check",
+    "browse": "queue browsers are not told apart from consumers",
+}
+
+
+@dataclass(frozen=True)
+class SecuritySetting:
+    """One ``<security-setting match>``: permission type -> the roles granted it."""
+
+    match: str
+    permissions: dict
+    line: int
+
+
+def user_roles(security: BrokerSecurity, user: str | None) -> frozenset:
+    """The roles ``user`` has in artemis-roles.properties."""
+    if user is None:
+        return frozenset()
+    return frozenset(role for role, members in security.roles.items() if user in members)
+
+
+def permitted(settings: list, roles: frozenset, permission: str, address: str) -> bool:
+    """Artemis' rule: the most specific matching ``<security-setting>`` decides (it is not merged with
+    less specific ones); no match, or the type not listed there, denies."""
+    import functools
+
+    from .configmodel import artemis_match, match_specificity_cmp
+
+    matching = [s for s in settings if artemis_match(s.match, address)]
+    if not matching:
+        return False
+    best = min(matching, key=functools.cmp_to_key(lambda a, b: match_specificity_cmp(a.match, b.match)))
+    return bool(roles & best.permissions.get(permission, frozenset()))

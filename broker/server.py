@@ -49,6 +49,7 @@ from broker.limits import AddressLimits, SizeMeter
 from broker.links import BrokerConnection, BrokerLink
 from broker.moves import Mover
 from broker.queue import Queue
+from broker.security import permitted, user_roles
 from broker.storage import Storage
 from broker.timers import Timers
 from wire import raw
@@ -200,6 +201,9 @@ class Broker(ConnectionHandler):
         addressing = self.addressing
         if lo.is_sender and terminus.dynamic:
             q = addressing.temporary_queue()
+            if self._denied(engine, link, "createNonDurableQueue", q.name):
+                self.remove_queue(q.name, "refused (createNonDurableQueue)")
+                return
             engine.open_link_like_remote(link, source_address=q.name, dynamic_source=True)
             bl = self.attach_local(engine, link, q, incoming=False, name=lo.name,
                                    presettled=lo.remote_snd_settle_mode == proton.Link.SND_SETTLED)
@@ -209,6 +213,8 @@ class Broker(ConnectionHandler):
             engine.refuse_link(link, "amqp:not-implemented", "tdbroker needs a named node (no anonymous relay)")
             return
         if address == MANAGEMENT_ADDRESS and not lo.is_sender:
+            if self._denied(engine, link, "manage", address):
+                return
             if self.management is None:
                 engine.refuse_link(link, "amqp:not-found", "management is not available on this broker")
                 return
@@ -220,9 +226,15 @@ class Broker(ConnectionHandler):
                 addressing.routing_type_for(address, caps) == MULTICAST:
             self._multicast_link(engine, link, lo, address)
             return
+        if "::" not in address and address not in addressing.queues and not addressing.queues_of(address) and (
+                self._denied(engine, link, "createAddress", address)
+                or self._denied(engine, link, "createDurableQueue", address)):
+            return  # the attach would auto-create the address and its anycast queue
         q = addressing.lookup_queue(address)
         if q is None:
             engine.refuse_link(link, "amqp:not-found", f"queue {address} does not exist")
+            return
+        if self._denied(engine, link, "consume" if lo.is_sender else "send", addressing.address_of(q.name)):
             return
         if not lo.is_sender:
             self.admission.advertise(lo, addressing.address_of(q.name))
@@ -233,14 +245,18 @@ class Broker(ConnectionHandler):
 
     def _multicast_link(self, engine, link, lo, address: str) -> None:
         """A producer fans out to every multicast queue of the address; a consumer gets a subscription."""
+        src = lo.remote_source
+        durable = src.durability in _TERMINUS_DURABLE or src.expiry_policy == proton.Terminus.EXPIRE_NEVER
+        if self._denied(engine, link, "consume" if lo.is_sender else "send", address) or (
+                lo.is_sender and self._denied(engine, link, "createDurableQueue" if durable
+                                              else "createNonDurableQueue", address)):
+            return
         self.addressing.addresses.setdefault(address, set()).add(MULTICAST)
         if not lo.is_sender:
             self.admission.advertise(lo, address)
             engine.open_link_like_remote(link)
             self.delivery.receiving(engine, link, lo.name, BrokerLink.FANOUT, address)
             return
-        src = lo.remote_source
-        durable = src.durability in _TERMINUS_DURABLE or src.expiry_policy == proton.Terminus.EXPIRE_NEVER
         sub_name = f"{engine.remote_container or 'client'}.{lo.name}" if durable else None
         q = self.addressing.subscription_queue(address, durable_name=sub_name)
         engine.open_link_like_remote(link)
@@ -249,6 +265,20 @@ class Broker(ConnectionHandler):
         bl.durable_sub = durable
         bl.owned_queue = not durable
         log.debug("link %s subscribed to %s with queue %s", lo.name, address, q.name)
+
+    def _denied(self, engine, link, permission: str, address: str) -> bool:
+        """With <security-settings>, refuse a client's attach its user's roles do not permit (Artemis'
+        rule, broker.security.permitted) with amqp:unauthorized-access naming the permission. Links on
+        the broker's own <amqp-connection>s are not checked: the configuration opened them."""
+        security = self.cfg.security
+        if security is None or not security.settings or not engine.server:
+            return False
+        if permitted(security.settings, user_roles(security, engine.user), permission, address):
+            return False
+        log.info("connection %d: user %r refused %s on %s", engine.id, engine.user, permission, address)
+        engine.refuse_link(link, "amqp:unauthorized-access",
+                           f"user {engine.user!r} lacks the {permission} permission on {address}"[:200])
+        return True
 
     def attach_local(self, engine, link, q: Queue, *, incoming: bool, name: str = "",
                      presettled: bool = False) -> BrokerLink:

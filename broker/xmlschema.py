@@ -188,17 +188,14 @@ CORE_LIMITS_UNENFORCED = {
 }
 
 #: Security elements tdbroker enforces: ``<security-enabled>`` (true: SASL logins against the properties
-#: login module's users file beside broker.xml, see broker/security.py; false: open).
-CORE_SECURITY_ENFORCED = ("security-enabled",)
+#: login module's users file beside broker.xml, see broker/security.py; false: open) and
+#: ``<security-settings>`` (the permission types in broker.security.ENFORCED_PERMISSIONS).
+CORE_SECURITY_ENFORCED = ("security-enabled", "security-settings")
 
 #: Security settings tdbroker does not enforce yet (issue 12). Accepting one and ignoring it would promise a
 #: protection that does not hold (permissions applied, passwords masked), so each is refused at start-up
-#: with FILE:LINE unless its value means "off": ``<mask-password>false``, a ``<security-settings>`` without
-#: any ``<security-setting>``. element -> why it is refused.
+#: with FILE:LINE unless its value means "off": ``<mask-password>false``. element -> why it is refused.
 CORE_SECURITY_UNENFORCED = {
-    "security-settings": "tdbroker has no authorization yet, so no <permission> would be checked; remove the "
-                         "<security-setting> elements (with <security-enabled>, every user who logs in may "
-                         "send, consume and manage)",
     "mask-password": "tdbroker does not decode masked passwords; remove it (or set false) and write the "
                      "password in clear",
     "password-codec": "tdbroker does not decode masked passwords; remove it",

@@ -169,3 +169,58 @@ def test_broker_connection_logs_in_with_scram_over_tls(tmp_path, secured):
         assert "s3cret" not in log
     finally:
         assert source.stop() == 0
+
+
+PERMISSIONS = """<security-enabled>true</security-enabled>
+  <security-settings>
+    <security-setting match="q">
+      <permission type="send" roles="producer"/>
+      <permission type="consume" roles="consumer"/>
+    </security-setting>
+    <security-setting match="#">
+      <permission type="manage" roles="admin"/>
+    </security-setting>
+  </security-settings>"""
+
+
+@pytest.fixture(scope="module")
+def with_roles(tmp_path_factory, ca):
+    workdir = tmp_path_factory.mktemp("roles")
+    (workdir / "artemis-roles.properties").write_text("producer = pete\nconsumer = cora\nadmin = ann\n")
+    broker = start_broker(workdir, ca, users="pete = p1\ncora = c1\nann = a1\n", security=PERMISSIONS)
+    yield broker, workdir / "ca.pem"
+    broker.stop()
+
+
+def login(with_roles, user: str, password: str) -> BlockingConnection:
+    broker, ca_file = with_roles
+    return connect(broker.ports["amqps"], trusting(ca_file), user=user, password=password, allowed_mechs="PLAIN")
+
+
+def attach_error(make) -> str:
+    try:
+        make()
+    except Exception as exc:   # proton.utils.LinkDetached
+        return str(exc)
+    pytest.fail("the link was attached")
+
+
+def test_permissions_per_role(with_roles):
+    pete, cora, ann = login(with_roles, "pete", "p1"), login(with_roles, "cora", "c1"), login(with_roles, "ann", "a1")
+    try:
+        pete.create_sender("q").send(Message(body="for cora"))          # producer: send
+        error = attach_error(lambda: pete.create_receiver("q"))
+        assert "amqp:unauthorized-access" in error and "consume" in error
+        receiver = cora.create_receiver("q")                            # consumer: consume
+        assert receiver.receive(timeout=TIMEOUT).body == "for cora"
+        receiver.accept()
+        error = attach_error(lambda: cora.create_sender("q"))
+        assert "amqp:unauthorized-access" in error and "send" in error
+        error = attach_error(lambda: cora.create_sender("$management"))
+        assert "amqp:unauthorized-access" in error and "manage" in error
+        ann.create_sender("$management").close()                        # admin: manage
+        error = attach_error(lambda: ann.create_sender("elsewhere"))    # would auto-create: not granted
+        assert "amqp:unauthorized-access" in error and "createAddress" in error
+    finally:
+        for conn in (pete, cora, ann):
+            conn.close()

@@ -172,3 +172,67 @@ def test_secured_acceptors_require_a_login_without_anonymous(tmp_path):
     assert "ANONYMOUS" not in settings["sasl_mechanisms"] == ACCEPTOR_MECHANISMS
     (tmp_path / "artemis-users.properties").unlink()
     assert acceptor_security(load_broker_config(xml)) == {}
+
+
+# --- permissions ----------------------------------------------------------------------------------------------
+
+SETTINGS = """<security-settings>
+  <security-setting match="#">
+    <permission type="consume" roles="admin"/>
+    <permission type="send" roles="admin"/>
+    <permission type="manage" roles="admin"/>
+  </security-setting>
+  <security-setting match="orders.*">
+    <permission type="send" roles="producer, admin"/>
+    <permission type="consume" roles="consumer"/>
+  </security-setting>
+</security-settings>"""
+
+
+def secured_config(tmp_path, body):
+    from broker.config import load_broker_config as load
+
+    xml = tmp_path / "broker.xml"
+    xml.write_text(core(body))
+    (tmp_path / "artemis-users.properties").write_text("ann = a\npete = p\ncora = c\n")
+    (tmp_path / "artemis-roles.properties").write_text("admin = ann\nproducer = pete\nconsumer = cora\n")
+    return load(xml), xml
+
+
+def test_the_most_specific_security_setting_decides(tmp_path):
+    from broker.security import permitted, user_roles
+
+    cfg, _ = secured_config(tmp_path, SETTINGS)
+    sec = cfg.security
+
+    def may(user, permission, address):
+        return permitted(sec.settings, user_roles(sec, user), permission, address)
+
+    assert may("pete", "send", "orders.eu") and not may("pete", "consume", "orders.eu")
+    assert may("cora", "consume", "orders.eu") and not may("cora", "send", "orders.eu")
+    assert not may("ann", "consume", "orders.eu")      # orders.* lists consume for consumer only (not merged)
+    assert may("ann", "consume", "other") and may("ann", "manage", "$management")
+    assert not may("pete", "send", "other") and not may(None, "send", "orders.eu")
+    assert not may("ann", "createAddress", "other")    # not listed: denied
+
+
+@pytest.mark.parametrize("permission,words", [
+    ('<permission type="browse" roles="amq"/>', "'browse' is not enforced yet"),
+    ('<permission type="deleteDurableQueue" roles="amq"/>', "'deleteDurableQueue' is not enforced yet"),
+    ('<permission type="sned" roles="amq"/>', "unknown permission type 'sned'"),
+    ('<permission type="send"/>', "roles"),
+])
+def test_permission_errors_name_file_and_line(tmp_path, permission, words):
+    body = f'<security-settings>\n<security-setting match="#">\n{permission}\n</security-setting>\n</security-settings>'
+    with pytest.raises(BrokerConfigError) as info:
+        secured_config(tmp_path, body)
+    assert info.value.line == line_of(core(body), "<permission") and words in info.value.message
+
+
+def test_security_settings_without_logins_are_refused(tmp_path):
+    xml = tmp_path / "broker.xml"
+    text = core("<security-enabled>false</security-enabled>\n" + SETTINGS)
+    xml.write_text(text)
+    with pytest.raises(BrokerConfigError) as info:
+        load_broker_config(xml)
+    assert info.value.line == line_of(text, "<security-settings>") and "would be ignored" in info.value.message
