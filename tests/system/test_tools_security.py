@@ -19,7 +19,7 @@ import trustme
 from router.core import Router
 from router.daemon import attach_agent
 from router.management import ManagementAgent
-from tests.system.harness import REPO_ROOT
+from tests.system.harness import REPO_ROOT, run_tool
 from wire.driver import serve_listener
 from wire.tls import ServerTls, TlsProfile
 from wire.users import Users
@@ -186,3 +186,40 @@ async def test_tdbench_over_tls_with_scram(pki, users):
         assert rep["ok"] and rep["router"]["received"] == 2000, rep
         assert rep.get("tls") is True
         nursery.cancel_scope.cancel()
+
+
+# -- the real tdrouterd, configured as a Qpid Dispatch user would (sslProfile, authenticatePeer, saslConfigDir) --
+
+def secure_tdrouterd(router_factory, pki: Pki, users: Users, folder):
+    users.save(str(folder / "users.db"))
+    # ANONYMOUS: the harness's own plaintext listener (the one it manages the router through) offers it
+    (folder / "qdrouterd.conf").write_text("mech_list: ANONYMOUS PLAIN SCRAM-SHA-256 SCRAM-SHA-512\nsasldb_path: users.db\n")
+    sections = (f"sslProfile {{\n    name: tls\n    certFile: {pki.server.cert_file}\n"
+                f"    privateKeyFile: {pki.server.private_key_file}\n    caCertFile: {pki.ca_file}\n}}\n"
+                "listener {\n    name: secure\n    host: 127.0.0.1\n    port: 0\n    sslProfile: tls\n"
+                "    requireSsl: yes\n    authenticatePeer: yes\n    saslMechanisms: PLAIN SCRAM-SHA-256\n}\n")
+    return router_factory(sections, router_extra=f"saslConfigDir: {folder}")
+
+
+def test_tools_against_a_secured_tdrouterd(router_factory, pki, users, password_file, tmp_path):
+    router = secure_tdrouterd(router_factory, pki, users, tmp_path)
+    port = router.ports["secure"]
+    # authenticatePeer on a TLS listener also asks for a client certificate (router/security.py)
+    cert = ("--ssl-trustfile", pki.ca_file, "--ssl-certificate", pki.client_cert, "--ssl-key", pki.client_key)
+    secure = (*cert, "--sasl-username", "admin", "--sasl-password-file", password_file)
+    stat = run_tool("tools.tdstat", "-g", "-b", f"amqps://{NAME}:{port}", *secure, check=False)
+    assert stat.returncode == 0 and router.router_id in stat.stdout, stat.stdout + stat.stderr
+    manage = run_tool("tools.tdmanage", "query", "--type", "connection", "sasl", "user", "-b", f"{NAME}:{port}",
+                      *secure, "--json", check=False)
+    assert manage.returncode == 0, manage.stderr
+    assert {"sasl": "PLAIN", "user": "admin"} in json.loads(manage.stdout)
+    bench = run_tool("tools.bench", "--router", f"amqps://{HOST}:{port}", *secure, "--sasl-mechanisms",
+                     "SCRAM-SHA-256", "--router-pid", str(router.pid), "--messages", "2000", "--no-direct", "--json",
+                     check=False, timeout=TIMEOUT)
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    rep = json.loads(bench.stdout)
+    assert rep["ok"] and rep["tls"] and rep["router"]["received"] == 2000, rep
+    anonymous = run_tool("tools.tdstat", "-g", "-b", f"amqps://{NAME}:{port}", *cert, "-t", "10", check=False)
+    assert anonymous.returncode == 1 and "Authentication failed" in anonymous.stderr, anonymous.stderr
+    for proc in (stat, manage, bench, anonymous):
+        assert "s3cret-pw" not in proc.stdout + proc.stderr
