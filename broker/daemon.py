@@ -117,12 +117,21 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
         nursery.cancel_scope.cancel()
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.option("-c", "--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
               help="Artemis-style broker.xml.")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
-def main(config_path: str, verbose: bool) -> None:
-    """tdbroker: a store-and-forward AMQP 1.0 broker that peers with trio-dispatch routers."""
+@click.pass_context
+def main(ctx: click.Context, config_path: str, verbose: bool) -> None:
+    """tdbroker: a store-and-forward AMQP 1.0 broker that peers with trio-dispatch routers.
+
+    Without a command it runs the broker; `tdbroker -c broker.xml user ...` manages the users beside it."""
+    ctx.obj = config_path
+    if ctx.invoked_subcommand is None:
+        run(config_path, verbose)
+
+
+def run(config_path: str, verbose: bool) -> None:
     try:
         cfg = load_broker_config(config_path)
     except BrokerConfigError as exc:
@@ -151,6 +160,54 @@ def main(config_path: str, verbose: bool) -> None:
     except KeyboardInterrupt:
         pass
     sys.exit(0)
+
+
+@main.group()
+def user() -> None:
+    """Users of the properties login module (artemis-users.properties, artemis-roles.properties beside
+    broker.xml), like `artemis user`. Restart the broker to apply a change."""
+
+
+@user.command("add")
+@click.option("--user", "name", required=True, help="User name.")
+@click.option("--role", "roles", multiple=True, help="A role to add the user to (repeatable, or comma-separated).")
+@click.pass_obj
+def user_add(config_path: str, name: str, roles: tuple) -> None:
+    """Add a user, or set their password: read from standard input (one line), stored hashed (ENC(...))."""
+    from broker.security import add_user
+
+    password = sys.stdin.readline().rstrip("\r\n")
+    try:
+        add_user(config_path, name, password, [r.strip() for rs in roles for r in rs.split(",") if r.strip()])
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"user {name} set")
+
+
+@user.command("rm")
+@click.option("--user", "name", required=True, help="User name.")
+@click.pass_obj
+def user_rm(config_path: str, name: str) -> None:
+    """Remove a user from the users file and from every role."""
+    from broker.security import remove_user
+
+    if not remove_user(config_path, name):
+        raise click.ClickException(f"no user {name}")
+    click.echo(f"user {name} removed")
+
+
+@user.command("list")
+@click.pass_obj
+def user_list(config_path: str) -> None:
+    """List the users and their roles."""
+    from broker.security import SecurityFileError, list_users
+
+    try:
+        rows = list_users(config_path)
+    except SecurityFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    for name, roles in rows:
+        click.echo(f"{name} roles: {','.join(roles)}")
 
 
 if __name__ == "__main__":

@@ -196,3 +196,86 @@ def permitted(settings: list, roles: frozenset, permission: str, address: str) -
         return False
     best = min(matching, key=functools.cmp_to_key(lambda a, b: match_specificity_cmp(a.match, b.match)))
     return bool(roles & best.permissions.get(permission, frozenset()))
+
+
+# --- `tdbroker user add|rm|list` (Artemis' `artemis user ...`): edit the two files in place ----------------------
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def _write_lines(path: str, lines: list[str]) -> None:
+    """Write atomically, mode 0600 (the users file is a guessing target even without passwords)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+    os.replace(tmp, path)
+
+
+def _key_of(line: str) -> str | None:
+    stripped = line.strip()
+    if not stripped or stripped[0] in "#!":
+        return None
+    cut = min((i for i in (stripped.find("="), stripped.find(":")) if i >= 0), default=-1)
+    return stripped[:cut].strip() if cut > 0 else None
+
+
+def encoded_password(name: str, password: str) -> str:
+    """``ENC(...)``: the SCRAM verifiers of ``password`` (tdbroker's hashed form; no password stored)."""
+    return "ENC(" + " ".join(UserRecord.from_password(name, password).line().split()[1:]) + ")"
+
+
+def add_user(config_path: str, name: str, password: str, roles=()) -> None:
+    """Set ``name``'s password (hashed) in the users file and add them to ``roles``."""
+    if not valid_user_name(name) or "=" in name or ":" in name:
+        raise ValueError(f"user name {name!r} must be non-empty, without spaces, '=', ':' or control characters")
+    if not password:
+        raise ValueError("the password is empty")
+    upath = users_path(config_path)
+    lines = [line for line in _read_lines(upath) if _key_of(line) != name]
+    _write_lines(upath, lines + [f"{name} = {encoded_password(name, password)}"])
+    if roles:
+        rpath = roles_path(config_path)
+        lines = _read_lines(rpath)
+        wanted = list(dict.fromkeys(roles))
+        for i, line in enumerate(lines):
+            role = _key_of(line)
+            if role in wanted:
+                members = [m.strip() for m in line.split("=", 1)[1].split(",") if m.strip()] if "=" in line else []
+                lines[i] = f"{role} = {','.join(dict.fromkeys(members + [name]))}"
+                wanted.remove(role)
+        _write_lines(rpath, lines + [f"{role} = {name}" for role in wanted])
+
+
+def remove_user(config_path: str, name: str) -> bool:
+    """Remove ``name`` from the users file and every role; False when there was no such user."""
+    upath = users_path(config_path)
+    lines = _read_lines(upath)
+    kept = [line for line in lines if _key_of(line) != name]
+    if len(kept) == len(lines):
+        return False
+    _write_lines(upath, kept)
+    rpath = roles_path(config_path)
+    if os.path.exists(rpath):
+        out = []
+        for line in _read_lines(rpath):
+            role = _key_of(line)
+            if role is not None and "=" in line:
+                members = [m.strip() for m in line.split("=", 1)[1].split(",") if m.strip() and m.strip() != name]
+                line = f"{role} = {','.join(members)}"
+            out.append(line)
+        _write_lines(rpath, out)
+    return True
+
+
+def list_users(config_path: str) -> list[tuple[str, tuple]]:
+    """``(user, roles)`` for every user of the users file, sorted."""
+    security = load_security(config_path)
+    if security is None:
+        return []
+    return [(name, tuple(sorted(user_roles(security, name)))) for name in security.users.names()]

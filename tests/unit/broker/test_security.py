@@ -236,3 +236,29 @@ def test_security_settings_without_logins_are_refused(tmp_path):
     with pytest.raises(BrokerConfigError) as info:
         load_broker_config(xml)
     assert info.value.line == line_of(text, "<security-settings>") and "would be ignored" in info.value.message
+
+
+# --- tdbroker user add|rm|list ----------------------------------------------------------------------------------
+
+def test_tdbroker_user_add_rm_list(tmp_path):
+    from click.testing import CliRunner
+
+    from broker.daemon import main
+
+    xml = str(tmp_path / "broker.xml")
+    runner = CliRunner()
+    assert runner.invoke(main, ["-c", xml, "user", "add", "--user", "alice", "--role", "admin,amq"],
+                         input="s3cret\n").exit_code == 0
+    assert runner.invoke(main, ["-c", xml, "user", "add", "--user", "bob", "--role", "amq"], input="pw\n").exit_code == 0
+    users_text = (tmp_path / "artemis-users.properties").read_text()
+    assert "s3cret" not in users_text and "alice = ENC(SCRAM-SHA-256$" in users_text
+    assert (tmp_path / "artemis-users.properties").stat().st_mode & 0o077 == 0
+    assert load_users(str(tmp_path / "artemis-users.properties")).check_plain("alice", "s3cret")
+    listed = runner.invoke(main, ["-c", xml, "user", "list"])
+    assert listed.output.splitlines() == ["alice roles: admin,amq", "bob roles: amq"]
+    assert runner.invoke(main, ["-c", xml, "user", "add", "--user", "alice"], input="new\n").exit_code == 0
+    assert load_users(str(tmp_path / "artemis-users.properties")).check_plain("alice", "new")
+    assert runner.invoke(main, ["-c", xml, "user", "rm", "--user", "alice"]).exit_code == 0
+    assert runner.invoke(main, ["-c", xml, "user", "list"]).output.splitlines() == ["bob roles: amq"]
+    assert runner.invoke(main, ["-c", xml, "user", "rm", "--user", "zed"]).exit_code == 1
+    assert runner.invoke(main, ["-c", xml, "user", "add", "--user", "eve"], input="\n").exit_code == 1
