@@ -181,8 +181,12 @@ class Broker(ConnectionHandler):
 
     # -- cold events ------------------------------------------------------------------------------
     def on_connection_open(self, engine) -> None:
-        log.info("connection %d (%s) opened, container %s", engine.id, engine.remote_host,
-                 engine.remote_container)
+        if engine.user is not None:
+            log.info("connection %d (%s) opened, container %s, user %r (%s)", engine.id, engine.remote_host,
+                     engine.remote_container, engine.user, engine.sasl_mechanism)
+        else:
+            log.info("connection %d (%s) opened, container %s", engine.id, engine.remote_host,
+                     engine.remote_container)
         bc = engine.app
         if bc.on_open is not None:
             bc.on_open(engine)

@@ -167,6 +167,9 @@ def test_broker_connection_logs_in_with_scram_over_tls(tmp_path, secured):
             conn.close()
         log = (tmp_path / "src" / "broker.stderr").read_text()
         assert "s3cret" not in log
+        # The secured broker offered SCRAM first, so the password did not cross the wire.
+        target_log = (target.conf.parent / "broker.stderr").read_text()
+        assert "container broker-src, user 'alice' (SCRAM-SHA-512)" in target_log, target_log[-2000:]
     finally:
         assert source.stop() == 0
 
