@@ -262,3 +262,25 @@ def test_tdbroker_user_add_rm_list(tmp_path):
     assert runner.invoke(main, ["-c", xml, "user", "list"]).output.splitlines() == ["bob roles: amq"]
     assert runner.invoke(main, ["-c", xml, "user", "rm", "--user", "zed"]).exit_code == 1
     assert runner.invoke(main, ["-c", xml, "user", "add", "--user", "eve"], input="\n").exit_code == 1
+
+
+def test_the_shipped_secure_example_loads_once_it_has_certificates_and_users(tmp_path):
+    """conf/broker-secure/broker.xml: refused as shipped (no users file), loads with certs and users."""
+    import shutil
+
+    from broker.security import add_user
+    from tests.paths import REPO
+
+    xml = tmp_path / "broker.xml"
+    shutil.copy(REPO / "conf" / "broker-secure" / "broker.xml", xml)
+    with pytest.raises(BrokerConfigError, match="certs/ca.pem"):
+        load_broker_config(xml)
+    (tmp_path / "certs").mkdir()
+    ca = trustme.CA()
+    ca.issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "certs" / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "certs" / "ca.pem"))
+    with pytest.raises(BrokerConfigError, match="no users file"):
+        load_broker_config(xml)
+    add_user(str(xml), "admin", "pw", ["admin"])
+    cfg = load_broker_config(xml)
+    assert cfg.security_enabled and cfg.acceptors[0].tls is not None and len(cfg.security.settings) == 2
