@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from proton import Message, Timeout
+from proton import ConnectionException, Message, Timeout
 from proton.utils import BlockingConnection
 
 from wire import management as wm
@@ -57,7 +57,12 @@ class ManagementClient:
             url, kw = normalise_url(bus), {}
         else:
             url, kw = security.proton_url(bus), security.proton_connect_kwargs()
-        self.connection = BlockingConnection(url, timeout=timeout, **kw)
+        try:
+            self.connection = BlockingConnection(url, timeout=timeout, **kw)
+        except ConnectionException as exc:
+            if security is None:
+                raise
+            raise ConnectionException(security.explain_failure(url, str(exc))) from None
         self.receiver = self.connection.create_receiver(None, dynamic=True)
         self.reply_to = self.receiver.remote_source.address
         self._senders: dict[str, Any] = {}

@@ -19,6 +19,11 @@ are therefore refused with a message naming the two ways that are accepted: a fi
 (``TD_SASL_PASSWORD``, ``TD_SSL_PASSWORD``). A file wins over the variable. Passwords are kept out of
 ``repr`` and error messages.
 
+Proton's check of the server's name (tdstat, tdmanage) compares the host with the certificate's DNS names and
+common name only, not with IP addresses: dial such a listener by name (``amqps://localhost:5671``) or add
+``--ssl-disable-peer-name-verify``; the tools say so when a certificate check fails for an IP address.
+tdbench (Python's ssl) also matches IP addresses.
+
 Which tool can do what: tdbench logs in through wire's SASL client (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512);
 tdstat and tdmanage use proton's blocking client, whose bundled SASL does ANONYMOUS, PLAIN and EXTERNAL but
 not SCRAM, so they refuse a SCRAM mechanism with a message saying so.
@@ -201,6 +206,20 @@ class Security:
             if self.password is not None:
                 kw["password"] = self.password
         return kw
+
+    def explain_failure(self, url: str, error: str) -> str:
+        """``error`` (a failed connection to ``url``), with a hint when proton's name check cannot match an IP."""
+        import ipaddress
+        from urllib.parse import urlparse
+        host = urlparse(url).hostname or ""
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return error
+        if self.tls and self.verify_peer_name and "certificate verify failed" in error:
+            return (f"{error} (this tool checks the certificate's DNS names, not IP addresses: dial the "
+                    f"listener by a name its certificate carries, or add --ssl-disable-peer-name-verify)")
+        return error
 
     # -- wire's engine clients (tdbench) -------------------------------------------------------------------
     def client_tls(self):

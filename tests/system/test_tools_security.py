@@ -167,6 +167,18 @@ async def test_tdmanage_logs_in_with_external_from_its_client_certificate(pki):
         nursery.cancel_scope.cancel()
 
 
+async def test_an_ip_address_gets_a_hint_about_proton_name_check(pki, users, password_file):
+    async with trio.open_nursery() as nursery:
+        router, port = await start_secure_router(nursery, pki, users)
+        args = ("-g", "-b", f"amqps://{HOST}:{port}", "--ssl-trustfile", pki.ca_file, "--sasl-username", "admin",
+                "--sasl-password-file", password_file)
+        by_ip = await tool("tools.tdstat", *args)
+        assert by_ip.returncode == 1 and "dial the listener by a name" in out(by_ip), out(by_ip)
+        unchecked = await tool("tools.tdstat", *args, "--ssl-disable-peer-name-verify")
+        assert unchecked.returncode == 0, out(unchecked)
+        nursery.cancel_scope.cancel()
+
+
 async def test_scram_is_refused_by_tdstat_with_a_clear_message(pki, users):
     proc = await tool("tools.tdstat", "-g", "-b", f"amqps://{HOST}:1", "--ssl-trustfile", pki.ca_file,
                       "--sasl-mechanisms", "SCRAM-SHA-256", "--sasl-username", "admin",
