@@ -140,3 +140,34 @@ def test_listener_mechanisms_outside_the_mech_list_are_refused(files):
     err = _refused(f"router {{\n id: R\n saslConfigDir: {files['dir']}\n}}\n"
                    "listener {\n port: 0\n saslMechanisms: SCRAM-SHA-512\n}\n")
     assert err.line == 7 and "not in the mech_list" in err.message, str(err)
+
+
+def test_conf_secure_example_loads_once_its_certificates_and_users_are_made(tmp_path, monkeypatch):
+    """conf/secure/router.conf (not used by `make run`) is valid once the README's steps made the
+    certificates and users file; its only anonymous listener is on the loopback interface."""
+    import shutil
+
+    from router.config import load_config
+    from tests.paths import REPO
+
+    secure = tmp_path / "conf" / "secure"
+    shutil.copytree(REPO / "conf" / "secure", secure)
+    certs = secure / "certs"
+    certs.mkdir()
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(certs / "ca.pem"))
+    server = ca.issue_cert("localhost")
+    server.cert_chain_pems[0].write_to_path(str(certs / "server.pem"))
+    server.private_key_pem.write_to_path(str(certs / "server.key"))
+    users = Users()
+    users.set_password("alice", "wonderland")
+    users.save(str(secure / "users.db"))
+    monkeypatch.chdir(tmp_path)   # relative paths are relative to the working directory, as in Dispatch
+    cfg = load_config("conf/secure/router.conf")
+    security = check_config(cfg)
+    for listener in cfg.listeners:
+        settings, tls = _settings(Router("R"), listener, server=True, security=security)
+        if "ANONYMOUS" in settings.sasl_mechanisms.split():
+            assert listener["host"] == "127.0.0.1"
+        else:
+            assert tls.required and settings.authenticate_peer and "alice" in settings.sasl_users
