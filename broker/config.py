@@ -24,6 +24,7 @@ import re
 import urllib.parse
 import xml.etree.ElementTree as ET
 
+from wire.sasl import is_loopback
 from wire.tls import ARTEMIS_TLS_PARAMETERS, TlsConfigError, artemis_tls
 
 from . import xmlschema as xs
@@ -526,6 +527,9 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
             tls.append(_uri_tls(ctx, el, f"amqp-connection {cname!r} alternate uri",
                                 _parse_tcp_uri(ctx, el, alt, "amqp-connection alternate uri")[2], server=False))
         _check_credentials(ctx, el, cname)
+        if el.attrib.get("user") and tls[0] is None and not is_loopback(host):
+            ctx.warn(el, f"amqp-connection {cname!r} logs in as {el.attrib['user']!r} without TLS to {host}: a peer "
+                         "that offers only PLAIN gets the password in clear; add sslEnabled=true to the uri")
         retry = ctx.attr(el, "retry-interval", "long", xs.DEFAULT_RETRY_INTERVAL_MS)
         if retry < 0:
             raise ctx.error(el, f"<amqp-connection> retry-interval must be >= 0 ms, got {retry}")

@@ -284,3 +284,9 @@ def test_the_shipped_secure_example_loads_once_it_has_certificates_and_users(tmp
     add_user(str(xml), "admin", "pw", ["admin"])
     cfg = load_broker_config(xml)
     assert cfg.security_enabled and cfg.acceptors[0].tls is not None and len(cfg.security.settings) == 2
+
+
+@pytest.mark.parametrize("uri,warned", [("tcp://10.1.2.3:5672", True), ("tcp://127.0.0.1:5672", False)])
+def test_a_login_without_tls_beyond_loopback_is_warned_about(uri, warned):
+    cfg = parse_broker_config(connection_xml(uri), "b.xml")
+    assert any("without TLS to 10.1.2.3" in w for w in cfg.warnings) is warned
