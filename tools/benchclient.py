@@ -464,5 +464,10 @@ class BenchHandler(ConnectionHandler):
         if not run.done.is_set():
             cond = conn.connection.remote_condition
             why = f": {cond.name} {cond.description or ''}" if cond is not None else ""
+            sasl = conn.sasl
+            if sasl is not None and sasl.failed:  # our SASL client's reason says more than the engine's
+                run.errors.append(f"connection {conn.id} to {conn.remote_host}: SASL login failed: {sasl.error}")
+                run.done.set()
+                return
             run.errors.append(f"connection {conn.id} to {conn.remote_host} lost{why}{' ' + conn.error if conn.error else ''}")
             run.done.set()

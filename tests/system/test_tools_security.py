@@ -179,6 +179,19 @@ async def test_an_ip_address_gets_a_hint_about_proton_name_check(pki, users, pas
         nursery.cancel_scope.cancel()
 
 
+async def test_tdbench_with_a_wrong_password_fails_without_printing_it(pki, users):
+    async with trio.open_nursery() as nursery:
+        router, port = await start_secure_router(nursery, pki, users, mechanisms="SCRAM-SHA-256")
+        proc = await tool("tools.bench", "--router", f"amqps://{HOST}:{port}", "--ssl-trustfile", pki.ca_file,
+                          "--sasl-username", "admin", "--messages", "100", "--no-direct", "--json",
+                          env={"TD_SASL_PASSWORD": "wrong-pw-123"})
+        assert proc.returncode == 1, out(proc)
+        rep = json.loads(proc.stdout)
+        assert not rep["ok"] and "wrong-pw-123" not in out(proc)
+        assert "SASL login failed" in rep["router"]["errors"][0], rep["router"]["errors"]
+        nursery.cancel_scope.cancel()
+
+
 async def test_scram_is_refused_by_tdstat_with_a_clear_message(pki, users):
     proc = await tool("tools.tdstat", "-g", "-b", f"amqps://{HOST}:1", "--ssl-trustfile", pki.ca_file,
                       "--sasl-mechanisms", "SCRAM-SHA-256", "--sasl-username", "admin",
