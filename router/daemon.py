@@ -30,7 +30,7 @@ from router.management import ManagementAgent
 from router.services import ServiceManager
 from wire.driver import ConnectionLimit, shut_down_on_signal
 from wire.management import MANAGEMENT_ADDRESS
-from router.security import RouterSecurity
+from router.security import RouterSecurity, resolve_secret
 
 log = logging.getLogger("router.daemon")
 
@@ -59,20 +59,6 @@ def _settings(router: Router, entity, *, server: bool, security: RouterSecurity 
         sasl_password=None if server else resolve_secret(a.get("saslPassword")),
         **sec,
     ), tls
-
-
-def resolve_secret(value: str | None) -> str | None:
-    """Dispatch's password forms: ``env:VAR``, ``file:PATH`` (first line), ``pass:TEXT``, or the text."""
-    if value is None:
-        return None
-    if value.startswith("env:"):
-        return os.environ.get(value[4:].strip(), "")
-    if value.startswith("file:"):
-        with open(value[5:].strip(), encoding="utf-8") as f:
-            return f.readline().rstrip("\n")
-    if value.startswith("pass:"):
-        return value[5:]
-    return value
 
 
 def check_config(cfg: RouterConfig) -> RouterSecurity:

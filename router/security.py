@@ -26,6 +26,7 @@ which the daemon reports at FILE:LINE and management CREATE answers with 400.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from wire.sasl import CLIENT_MECHANISMS, SaslConfigError, SaslConfigFile, server_mechanisms
@@ -38,6 +39,29 @@ class SecurityConfigError(ValueError):
     def __init__(self, attribute: str | None, message: str):
         super().__init__(message)
         self.attribute = attribute
+
+
+def resolve_secret(value: str | None) -> str | None:
+    """Dispatch's password forms: ``env:VAR``, ``file:PATH`` (first line), ``pass:TEXT``, or the text.
+    SecurityConfigError (never naming the value) when the variable is not set or the file cannot be read."""
+    if value is None:
+        return None
+    if value.startswith("env:"):
+        name = value[4:].strip()
+        if name not in os.environ:
+            raise SecurityConfigError("saslPassword", f"saslPassword: environment variable {name} is not set")
+        return os.environ[name]
+    if value.startswith("file:"):
+        path = value[5:].strip()
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.readline().rstrip("\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SecurityConfigError("saslPassword", f"saslPassword: cannot read {path}: "
+                                      f"{getattr(exc, 'strerror', None) or exc}") from None
+    if value.startswith("pass:"):
+        return value[5:]
+    return value
 
 
 def _profile_attributes(entity) -> dict:
@@ -161,6 +185,7 @@ class RouterSecurity:
             tls = ClientTls(context, server_hostname=entity.get("host") or "127.0.0.1")
         given = _mechanism_list(entity.get("saslMechanisms"))
         username = entity.get("saslUsername")
+        resolve_secret(entity.get("saslPassword"))  # an unset variable or unreadable file: refused now
         client_mechanisms = None
         if username:
             unsupported = [m for m in given if m not in CLIENT_MECHANISMS]

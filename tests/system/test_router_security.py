@@ -43,7 +43,7 @@ def pki(tmp_path):
     write("server.pem", server.cert_chain_pems[0])
     write("server.key", server.private_key_pem)
     for label, issuer in (("client", ca), ("stranger", other)):
-        cert = issuer.issue_cert(f"{label}.example")
+        cert = issuer.issue_cert(f"{label}.example", common_name=f"{label}.example")
         write(f"{label}.pem", cert.cert_chain_pems[0])
         write(f"{label}.key", cert.private_key_pem)
     users = Users()
@@ -216,3 +216,18 @@ def test_management_creates_a_tls_listener_naming_a_configured_profile(router_fa
     message = refused(url, ssl_domain=client_domain(pki), allowed_mechs="PLAIN", user=USER, password="wrong")
     assert "amqp:unauthorized-access" in message, message
     refused(f"amqp://127.0.0.1:{port}", allowed_mechs="ANONYMOUS")
+
+
+def test_sasl_external_logs_in_as_the_client_certificate_subject(router_factory, pki):
+    router = secure_router(router_factory, pki, "listener {\n    name: x509\n    host: 127.0.0.1\n    port: 0\n"
+                                                "    sslProfile: tls\n    requireSsl: yes\n    authenticatePeer: yes\n"
+                                                "    saslMechanisms: EXTERNAL\n}\n")
+    conn = connect(f"amqps://localhost:{router.ports['x509']}", ssl_domain=client_domain(pki),
+                   allowed_mechs="EXTERNAL")
+    try:
+        [row] = [r for r in connection_rows(router) if r["sasl"] == "EXTERNAL"]
+        assert "CN=client.example" in row["user"] and row["isEncrypted"] is True, row
+    finally:
+        conn.close()
+    refused(f"amqps://localhost:{router.ports['x509']}", ssl_domain=client_domain(pki, "stranger"),
+            allowed_mechs="EXTERNAL")

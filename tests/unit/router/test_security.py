@@ -171,3 +171,21 @@ def test_conf_secure_example_loads_once_its_certificates_and_users_are_made(tmp_
             assert listener["host"] == "127.0.0.1"
         else:
             assert tls.required and settings.authenticate_peer and "alice" in settings.sasl_users
+
+
+def test_connector_password_from_environment_or_file(files, monkeypatch):
+    monkeypatch.setenv("TD_TEST_PW", "from-env")
+    (files["dir"] / "pw.txt").write_text("from-file\nignored\n")
+    cfg, security = _check("router {\n id: R\n}\nconnector {\n name: e\n port: 5\n saslUsername: u\n"
+                           " saslPassword: env:TD_TEST_PW\n}\n"
+                           f"connector {{\n name: f\n port: 5\n saslUsername: u\n saslPassword: file:{files['dir'] / 'pw.txt'}\n}}\n")
+    passwords = [_settings(Router("R"), c, server=False, security=security)[0].sasl_password for c in cfg.connectors]
+    assert passwords == ["from-env", "from-file"]
+
+
+@pytest.mark.parametrize("value,words", [("env:TD_TEST_UNSET_PW", "TD_TEST_UNSET_PW is not set"),
+                                         ("file:/nonexistent/pw", "cannot read /nonexistent/pw")])
+def test_connector_password_that_cannot_be_resolved_is_refused_at_its_line(value, words, monkeypatch):
+    monkeypatch.delenv("TD_TEST_UNSET_PW", raising=False)
+    err = _refused(f"router {{\n id: R\n}}\nconnector {{\n port: 5\n saslUsername: u\n saslPassword: {value}\n}}\n")
+    assert err.line == 7 and words in err.message, str(err)
