@@ -12,6 +12,9 @@
 
 Output is indented JSON as qdmanage prints it; ``--json`` prints it on one line for scripts. A request the
 agent refuses prints ``tdmanage: <status> <text>: <description>`` on stderr and exits 1.
+
+A secured router: ``-b amqps://host:port`` (or ``--ssl-*``) with ``--sasl-username USER`` and the password
+from ``--sasl-password-file`` or ``TD_SASL_PASSWORD`` (tools/security.py; never on the command line).
 """
 
 from __future__ import annotations

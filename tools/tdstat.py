@@ -4,6 +4,8 @@ tools/qdstat, python/qpid_dispatch_internal/tools/display.py).
 Same titles, column headers and order, ``ddd:hh:mm:ss`` times, ``-`` placeholders and 2-space row indent
 as Qpid Dispatch 1.19's qdstat, so an operator's eyes and scripts carry over; ``--csv`` and ``--json``
 for scripts. Rendering (``render_*``) is pure: rows in, lines out, so it is tested from canned data.
+TLS and SASL options (qdstat's ``--ssl-*``/``--sasl-*``, passwords from a file or the environment only):
+tools/security.py.
 """
 
 from __future__ import annotations
