@@ -258,6 +258,15 @@ def _security_off(ctx: Ctx, el, name: str) -> bool:
     return False
 
 
+#: URI parameters whose value is a secret: replaced in the ``uri`` that management and logs show.
+_SECRET_URI_PARAMS = re.compile(r"((?:keyStorePassword|trustStorePassword)=)[^;&#,]*")
+
+
+def _redacted(uri: str) -> str:
+    """``uri`` with the value of every password parameter replaced by ``***``."""
+    return _SECRET_URI_PARAMS.sub(r"\1***", uri)
+
+
 def _parse_security_settings(ctx: Ctx, parent) -> list[SecuritySetting]:
     """``<security-setting match><permission type roles/>``: the permission types tdbroker checks
     (security.ENFORCED_PERMISSIONS); the others are refused with the reason."""
@@ -537,11 +546,11 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
         if attempts < -1:
             raise ctx.error(el, f"<amqp-connection> reconnect-attempts must be -1 (forever) or >= 0, got {attempts}")
         conn = BrokerConnection(
-            name=cname, uri=uri, host=host, port=port, user=ctx.attr(el, "user"),
+            name=cname, uri=_redacted(uri), host=host, port=port, user=ctx.attr(el, "user"),
             password=ctx.attr(el, "password"), retry_interval_ms=retry, reconnect_attempts=attempts,
             auto_start=ctx.attr(el, "auto-start", "bool", xs.DEFAULT_AUTO_START),
             elements=[_parse_connection_element(ctx, kind, c) for kind, c in children(ctx, el)],
-            line=el.line, params=params, alternate_uris=alternates, tls=tls)
+            line=el.line, params=params, alternate_uris=[_redacted(u) for u in alternates], tls=tls)
         _warn_sender_receiver_loop(ctx, el, conn)
         out.append(conn)
     return out

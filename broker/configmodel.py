@@ -110,7 +110,7 @@ class BrokerConnection:
     """One ``<amqp-connection>``: an outgoing connection tdbroker opens (e.g. to a router)."""
 
     name: str
-    uri: str                  # the attribute as written
+    uri: str                  # the attribute as written, password parameters shown as *** (management, logs)
     host: str                 # of the first URI
     port: int
     user: str | None          # None = anonymous

@@ -290,3 +290,12 @@ def test_the_shipped_secure_example_loads_once_it_has_certificates_and_users(tmp
 def test_a_login_without_tls_beyond_loopback_is_warned_about(uri, warned):
     cfg = parse_broker_config(connection_xml(uri), "b.xml")
     assert any("without TLS to 10.1.2.3" in w for w in cfg.warnings) is warned
+
+
+def test_a_key_password_in_a_connection_uri_is_never_shown(pki):
+    """The uri management and logs show has the key password replaced (the client key is still used)."""
+    text = connection_xml(f"tcp://127.0.0.1:5672?sslEnabled=true;keyStorePath=server.pem;keyStorePassword=s3cret;"
+                          f"trustStorePath=ca.pem#tcp://127.0.0.1:5673?sslEnabled=true;trustStorePath=ca.pem")
+    (conn,) = parse_broker_config(text, str(pki / "broker.xml")).broker_connections
+    assert "s3cret" not in conn.uri and "keyStorePassword=***" in conn.uri and "s3cret" not in repr(conn)
+    assert conn.alternate_uris == ["tcp://127.0.0.1:5673?sslEnabled=true;trustStorePath=ca.pem"]
