@@ -24,7 +24,7 @@ BROKER = """\
   <persistence-enabled>false</persistence-enabled>
   {security}
   <acceptors>
-    <acceptor name="amqps">tcp://127.0.0.1:0?protocols=AMQP;sslEnabled=true;keyStorePath=server.pem;trustStorePath=ca.pem</acceptor>
+    <acceptor name="amqps">tcp://127.0.0.1:0?protocols=AMQP;sslEnabled=true;keyStorePath=server.pem;trustStorePath=ca.pem{acceptor_params}</acceptor>
   </acceptors>
   <addresses>
     <address name="q"><anycast><queue name="q"/></anycast></address>
@@ -40,7 +40,8 @@ def ca():
     return trustme.CA()
 
 
-def start_broker(workdir: pathlib.Path, ca, *, name="broker-1", security="", users=None, connections=""):
+def start_broker(workdir: pathlib.Path, ca, *, name="broker-1", security="", users=None, connections="",
+                 acceptor_params=""):
     """A tdbroker with a TLS acceptor in ``workdir``; ``users`` is written as artemis-users.properties."""
     workdir.mkdir(parents=True, exist_ok=True)
     ca.issue_cert("127.0.0.1", "localhost", common_name=name).private_key_and_cert_chain_pem.write_to_path(str(workdir / "server.pem"))
@@ -48,7 +49,8 @@ def start_broker(workdir: pathlib.Path, ca, *, name="broker-1", security="", use
     if users is not None:
         (workdir / "artemis-users.properties").write_text(users)
     conf = workdir / "broker.xml"
-    conf.write_text(BROKER.format(name=name, security=security, connections=connections))
+    conf.write_text(BROKER.format(name=name, security=security, connections=connections,
+                                  acceptor_params=acceptor_params))
     broker = BrokerProcess(conf, workdir)
     broker.start()
     return broker
@@ -227,3 +229,33 @@ def test_permissions_per_role(with_roles):
     finally:
         for conn in (pete, cora, ann):
             conn.close()
+
+
+def test_need_client_auth_requires_a_certificate_signed_by_the_trust_store(tmp_path, ca):
+    workdir = tmp_path / "mtls"
+    workdir.mkdir()
+    client = ca.issue_cert("client.example", common_name="client")
+    client.cert_chain_pems[0].write_to_path(str(workdir / "client-cert.pem"))
+    client.private_key_pem.write_to_path(str(workdir / "client-key.pem"))
+    stranger = trustme.CA().issue_cert("client.example")
+    stranger.cert_chain_pems[0].write_to_path(str(workdir / "stranger-cert.pem"))
+    stranger.private_key_pem.write_to_path(str(workdir / "stranger-key.pem"))
+    broker = start_broker(workdir, ca, security="<security-enabled>false</security-enabled>",
+                          acceptor_params=";needClientAuth=true")
+    try:
+        port = broker.ports["amqps"]
+
+        def presenting(name):
+            domain = trusting(workdir / "ca.pem")
+            domain.set_credentials(str(workdir / f"{name}-cert.pem"), str(workdir / f"{name}-key.pem"), None)
+            return domain
+
+        conn = connect(port, presenting("client"), sasl_enabled=False)
+        try:
+            assert round_trip(conn, "mutual tls") == "mutual tls"
+        finally:
+            conn.close()
+        refused(port, trusting(workdir / "ca.pem"), sasl_enabled=False)        # no certificate
+        refused(port, presenting("stranger"), sasl_enabled=False)              # signed by another CA
+    finally:
+        assert broker.stop() == 0
