@@ -231,3 +231,46 @@ def test_sasl_external_logs_in_as_the_client_certificate_subject(router_factory,
         conn.close()
     refused(f"amqps://localhost:{router.ports['x509']}", ssl_domain=client_domain(pki, "stranger"),
             allowed_mechs="EXTERNAL")
+
+
+# rhea (Node) logs in with PLAIN over TLS and a client certificate, and sends a message to itself.
+# rhea 3 has no SCRAM client, so PLAIN it is (over TLS, where the password is encrypted).
+RHEA_PLAIN_OVER_TLS = r"""
+const fs = require('fs');
+const rhea = require('rhea');
+const [port, ca, cert, key, user, password] = process.argv.slice(1);
+const container = rhea.create_container();
+const done = (result) => { console.log(JSON.stringify(result)); process.exit(0); };
+setTimeout(() => done({error: 'timed out'}), 15000);
+container.on('message', (ctx) => { done({body: ctx.message.body}); });
+container.on('sendable', (ctx) => {
+    if (!ctx.sender.sent) { ctx.sender.sent = true; ctx.sender.send({body: 'from rhea over tls'}); }
+});
+container.on('connection_error', (ctx) => done({error: String(ctx.connection.error && ctx.connection.error.condition)}));
+container.on('disconnected', (ctx) => done({error: 'disconnected: ' + String(ctx.error || ctx.connection.error)}));
+const conn = container.connect({host: 'localhost', port: Number(port), transport: 'tls', servername: 'localhost',
+    ca: fs.readFileSync(ca), cert: fs.readFileSync(cert), key: fs.readFileSync(key),
+    username: user, password: password, reconnect: false});
+conn.open_receiver('rhea-q');
+conn.open_sender('rhea-q');
+"""
+
+
+@pytest.mark.parametrize("password,expected", [(PASSWORD, {"body": "from rhea over tls"}), ("wrong", None)])
+def test_rhea_plain_over_tls(router_factory, pki, password, expected):
+    import json
+    import subprocess
+
+    from tests.system.rhea import RHEA_DIR, require_rhea
+
+    node = require_rhea()
+    router = secure_router(router_factory, pki, AUTH_LISTENER)
+    proc = subprocess.run([node, "-e", RHEA_PLAIN_OVER_TLS, str(router.ports["secure"]), pki["ca.pem"],
+                           pki["client.pem"], pki["client.key"], USER, password],
+                          cwd=RHEA_DIR, capture_output=True, text=True, timeout=60)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if expected is not None:
+        assert result == expected, (result, proc.stderr)
+    else:
+        assert "error" in result and "body" not in result, result
+        wait_for(lambda: "authentication failed" in router.stderr_text(), "the refusal logged")
