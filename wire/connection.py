@@ -222,12 +222,14 @@ class EngineConnection:
     def _end_after_sasl_failure(self) -> None:
         """The SASL exchange failed and its last frame is written: end the engine (the handler hears
         on_connection_close) and keep the layer's reason as this connection's error."""
+        # Set before the engine ends, so that the handler's on_connection_close already sees why (the
+        # engine's own transport error that follows does not replace it).
+        self.error = self.sasl.error
         if not self.finished:
             log.info("connection %d (%s): SASL: %s", self.id, printable(self.remote_host), printable(self.sasl.error))
             raw.transport_close_tail(self._transport_ptr)
             raw.transport_close_head(self._transport_ptr)
             self.process()
-        self.error = self.sasl.error
 
     # -- bytes in/out ---------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
@@ -494,7 +496,7 @@ class EngineConnection:
         elif t == raw.PN_TRANSPORT_ERROR:
             name, description = raw.transport_condition(self._transport_ptr)
             if name is not None:
-                self.error = printable(f"{name}: {description}")
+                self.error = self.error or printable(f"{name}: {description}")
                 # After the peer's close frame a socket closing is the normal end; without one it is a
                 # client that vanished: worth a line, not an alarm.
                 level = logging.DEBUG if self.remote_closed or self._closed_reported else logging.INFO

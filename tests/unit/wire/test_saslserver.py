@@ -33,12 +33,14 @@ class Recorder(ConnectionHandler):
     def __init__(self):
         self.opens = 0
         self.closes = 0
+        self.errors_at_close = []
 
     def on_connection_open(self, conn):
         self.opens += 1
 
     def on_connection_close(self, conn):
         self.closes += 1
+        self.errors_at_close.append(conn.error)
 
 
 def server(users, *, authenticate_peer=True, mechanisms=ALL):
@@ -68,6 +70,7 @@ def assert_refused(srv, hs, cli, hc):
     assert srv.finished and cli.finished
     assert srv.user is None
     assert srv.error.startswith("amqp:unauthorized-access: ")
+    assert hs.errors_at_close == [srv.error]  # the handler already knew why when it heard of the close
 
 
 # -- PLAIN (proton's own client side) ---------------------------------------------------------------------
