@@ -18,14 +18,12 @@ and the documented defaults fill in the rest.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import urllib.parse
 import xml.etree.ElementTree as ET
 
 from wire.sasl import is_loopback
-from wire.tls import ARTEMIS_TLS_PARAMETERS, TlsConfigError, artemis_tls
 
 from . import xmlschema as xs
 from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
@@ -35,7 +33,7 @@ from .configmodel import (  # the objects this parser builds (re-exported: impor
 )
 from .security import (
     ENFORCED_PERMISSIONS, ROLES_FILE, UNENFORCED_PERMISSIONS, SecurityFileError, SecuritySetting, load_security,
-    users_path,
+    redacted_uri, uri_tls, users_path,
 )
 from .xmlschema import BrokerConfigError, Ctx, children, did_you_mean, local
 
@@ -258,15 +256,6 @@ def _security_off(ctx: Ctx, el, name: str) -> bool:
     return False
 
 
-#: URI parameters whose value is a secret: replaced in the ``uri`` that management and logs show.
-_SECRET_URI_PARAMS = re.compile(r"((?:keyStorePassword|trustStorePassword)=)[^;&#,]*")
-
-
-def _redacted(uri: str) -> str:
-    """``uri`` with the value of every password parameter replaced by ``***``."""
-    return _SECRET_URI_PARAMS.sub(r"\1***", uri)
-
-
 def _parse_security_settings(ctx: Ctx, parent) -> list[SecuritySetting]:
     """``<security-setting match><permission type roles/>``: the permission types tdbroker checks
     (security.ENFORCED_PERMISSIONS); the others are refused with the reason."""
@@ -297,41 +286,6 @@ def _parse_security_settings(ctx: Ctx, parent) -> list[SecuritySetting]:
             permissions[kind] = frozenset(r.strip() for r in roles.split(",") if r.strip())
         out.append(SecuritySetting(match, permissions, el.line))
     return out
-
-
-def _uri_tls(ctx: Ctx, el, what: str, params: dict, *, server: bool):
-    """The TLS an acceptor or connection URI asks for (Artemis' TLS parameters, read by
-    :func:`wire.tls.artemis_tls`): a :class:`wire.tls.ServerTls` / :class:`wire.tls.ClientTls`, or None
-    for plaintext. The TLS parameters are taken out of ``params``. Parameters of the family that are not
-    implemented are refused unless "off" (xmlschema.TLS_URI_PARAMS_OFF set to false); key and trust
-    stores must be PEM files, checked now (a missing or unreadable file is a FILE:LINE error). Relative
-    store paths are read from broker.xml's folder. Passwords are never echoed."""
-    for key in [k for k in params if k in xs.TLS_URI_PARAMS and k not in ARTEMIS_TLS_PARAMETERS]:
-        value = params.pop(key)
-        if key in xs.TLS_URI_PARAMS_OFF and value.strip().lower() == "false":
-            continue
-        shown = f"{key}={value}" if key in xs.TLS_URI_PARAMS_OFF else key   # never echo a password
-        raise ctx.error(el, f"{what}: {shown} is not supported by tdbroker (supported TLS parameters: "
-                            f"{', '.join(ARTEMIS_TLS_PARAMETERS)})")
-    given = {k: params.pop(k) for k in ARTEMIS_TLS_PARAMETERS if k in params}
-    if given.get("sslEnabled", "false").strip().lower() == "false":
-        # Plaintext: an "off" value (needClientAuth=false ...) says nothing and is accepted.
-        given = {k: v for k, v in given.items()
-                 if not (k in xs.TLS_URI_PARAMS_OFF and v.strip().lower() == "false")}
-    base = os.path.dirname(os.path.abspath(ctx.path))
-    for key in ("keyStorePath", "trustStorePath"):
-        if key in given and not os.path.isabs(given[key]):
-            given[key] = os.path.join(base, given[key])
-    try:
-        tls = artemis_tls(given)
-        if tls is None:
-            return None
-        if server and not tls.profile.cert_file:
-            raise TlsConfigError("keyStorePath", "an sslEnabled acceptor needs keyStorePath (a PEM file with "
-                                 "the certificate chain and the private key)")
-        return tls.server_tls() if server else tls.client_tls()
-    except TlsConfigError as exc:
-        raise ctx.error(el, f"{what}: {exc}") from None
 
 
 def _parse_flow_records(ctx: Ctx, el) -> FlowRecordsConfig:
@@ -385,7 +339,7 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
                                          xs.DEFAULT_CONNECTIONS_ALLOWED, minimum=-1)
         handshake_timeout = _int_param(ctx, el, aname, params, "handshake-timeout",
                                        xs.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, minimum=0)
-        tls = _uri_tls(ctx, el, f"acceptor {aname!r}", params, server=True)
+        tls = uri_tls(ctx, el, f"acceptor {aname!r}", params, server=True)
         out.append(Acceptor(aname, host, port, protocols, params, el.line,
                             connections_allowed=connections_allowed, handshake_timeout=float(handshake_timeout),
                             tls=tls))
@@ -530,10 +484,10 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
         names[cname] = el.line
         first, _, rest = uri.partition("#")
         host, port, params = _parse_tcp_uri(ctx, el, first, "amqp-connection uri")
-        tls = [_uri_tls(ctx, el, f"amqp-connection {cname!r}", params, server=False)]
+        tls = [uri_tls(ctx, el, f"amqp-connection {cname!r}", params, server=False)]
         alternates = [u.strip() for u in rest.split(",") if u.strip()]
         for alt in alternates:
-            tls.append(_uri_tls(ctx, el, f"amqp-connection {cname!r} alternate uri",
+            tls.append(uri_tls(ctx, el, f"amqp-connection {cname!r} alternate uri",
                                 _parse_tcp_uri(ctx, el, alt, "amqp-connection alternate uri")[2], server=False))
         _check_credentials(ctx, el, cname)
         if el.attrib.get("user") and tls[0] is None and not is_loopback(host):
@@ -546,11 +500,11 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
         if attempts < -1:
             raise ctx.error(el, f"<amqp-connection> reconnect-attempts must be -1 (forever) or >= 0, got {attempts}")
         conn = BrokerConnection(
-            name=cname, uri=_redacted(uri), host=host, port=port, user=ctx.attr(el, "user"),
+            name=cname, uri=redacted_uri(uri), host=host, port=port, user=ctx.attr(el, "user"),
             password=ctx.attr(el, "password"), retry_interval_ms=retry, reconnect_attempts=attempts,
             auto_start=ctx.attr(el, "auto-start", "bool", xs.DEFAULT_AUTO_START),
             elements=[_parse_connection_element(ctx, kind, c) for kind, c in children(ctx, el)],
-            line=el.line, params=params, alternate_uris=[_redacted(u) for u in alternates], tls=tls)
+            line=el.line, params=params, alternate_uris=[redacted_uri(u) for u in alternates], tls=tls)
         _warn_sender_receiver_loop(ctx, el, conn)
         out.append(conn)
     return out

@@ -1,4 +1,6 @@
-"""tdbroker authentication: the users and roles of Artemis' properties login module.
+"""tdbroker security: the users and roles of Artemis' properties login module, ``<security-settings>``
+permissions (:func:`permitted`), TLS from acceptor and connection URIs (:func:`uri_tls`), and the file
+edits behind ``tdbroker user add|rm|list``.
 
 Artemis' default JAAS realm (``PropertiesLogin`` in ``login.config``) reads two files beside broker.xml
 (Artemis docs, "Security", "PropertiesLoginModule"): ``artemis-users.properties`` with one
@@ -24,10 +26,15 @@ by :mod:`wire.saslserver`); ANONYMOUS is not offered. Roles are read and checked
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from wire.errors import LocatedError
+from wire.tls import ARTEMIS_TLS_PARAMETERS, TlsConfigError, artemis_tls
 from wire.users import ScramCredential, UserRecord, Users, valid_user_name
+
+from . import xmlschema as xs
+from .xmlschema import Ctx
 
 USERS_FILE = "artemis-users.properties"
 ROLES_FILE = "artemis-roles.properties"
@@ -147,6 +154,52 @@ def load_security(config_path: str) -> BrokerSecurity | None:
     rpath = roles_path(config_path)
     roles, warnings = load_roles(rpath, users) if os.path.exists(rpath) else ({}, [])
     return BrokerSecurity(users, roles, warnings)
+
+
+# --- TLS from acceptor and connection URIs ------------------------------------------------------------------
+
+#: URI parameters whose value is a secret: replaced in the ``uri`` that management and logs show.
+_SECRET_URI_PARAMS = re.compile(r"((?:keyStorePassword|trustStorePassword)=)[^;&#,]*")
+
+
+def redacted_uri(uri: str) -> str:
+    """``uri`` with the value of every password parameter replaced by ``***``."""
+    return _SECRET_URI_PARAMS.sub(r"\1***", uri)
+
+
+def uri_tls(ctx: Ctx, el, what: str, params: dict, *, server: bool):
+    """The TLS an acceptor or connection URI asks for (Artemis' TLS parameters, read by
+    :func:`wire.tls.artemis_tls`): a :class:`wire.tls.ServerTls` / :class:`wire.tls.ClientTls`, or None
+    for plaintext. The TLS parameters are taken out of ``params``. Parameters of the family that are not
+    implemented are refused unless "off" (xmlschema.TLS_URI_PARAMS_OFF set to false); key and trust
+    stores must be PEM files, checked now (a missing or unreadable file is a FILE:LINE error). Relative
+    store paths are read from broker.xml's folder. Passwords are never echoed."""
+    for key in [k for k in params if k in xs.TLS_URI_PARAMS and k not in ARTEMIS_TLS_PARAMETERS]:
+        value = params.pop(key)
+        if key in xs.TLS_URI_PARAMS_OFF and value.strip().lower() == "false":
+            continue
+        shown = f"{key}={value}" if key in xs.TLS_URI_PARAMS_OFF else key   # never echo a password
+        raise ctx.error(el, f"{what}: {shown} is not supported by tdbroker (supported TLS parameters: "
+                            f"{', '.join(ARTEMIS_TLS_PARAMETERS)})")
+    given = {k: params.pop(k) for k in ARTEMIS_TLS_PARAMETERS if k in params}
+    if given.get("sslEnabled", "false").strip().lower() == "false":
+        # Plaintext: an "off" value (needClientAuth=false ...) says nothing and is accepted.
+        given = {k: v for k, v in given.items()
+                 if not (k in xs.TLS_URI_PARAMS_OFF and v.strip().lower() == "false")}
+    base = os.path.dirname(os.path.abspath(ctx.path))
+    for key in ("keyStorePath", "trustStorePath"):
+        if key in given and not os.path.isabs(given[key]):
+            given[key] = os.path.join(base, given[key])
+    try:
+        tls = artemis_tls(given)
+        if tls is None:
+            return None
+        if server and not tls.profile.cert_file:
+            raise TlsConfigError("keyStorePath", "an sslEnabled acceptor needs keyStorePath (a PEM file with "
+                                 "the certificate chain and the private key)")
+        return tls.server_tls() if server else tls.client_tls()
+    except TlsConfigError as exc:
+        raise ctx.error(el, f"{what}: {exc}") from None
 
 
 # --- authorization: <security-settings> -----------------------------------------------------------------------
