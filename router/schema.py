@@ -525,7 +525,7 @@ _NO_VHOSTS = ("vhost policies are not implemented yet, so none of their limits o
               "remove it; the policy section's maxConnections is enforced")
 
 #: (section, attribute) -> (why it is refused, what to do instead). Refused unless absent or "off" (see
-#: :func:`unenforced`). A legacy spelling (trustedCerts, saslConfigPath, verifyHostName) is refused alike.
+#: :func:`unenforced`). A legacy spelling (trustedCerts, displayNameFile) is refused alike.
 UNENFORCED: dict[tuple[str, str], tuple[str, str]] = {
     ("listener", "trustedCertsFile"): ("a listener's trustedCertsFile is not read (Dispatch deprecated it)",
                                        "put the trusted CAs in the sslProfile's caCertFile"),
