@@ -19,6 +19,7 @@ from typing import Callable
 import trio
 
 from wire.connection import EngineConnection, printable
+from wire.sasl import warn_plaintext_password
 from wire.saslserver import SaslServer
 from wire.tls import ClientTls, ServerTls, peer_info
 
@@ -458,6 +459,8 @@ async def run_connector(host: str, port: int, make_engine: Callable[[str], Engin
         else:
             engine = make_engine(f"{host}:{port}")
             _attach_tls(engine, stream)
+            if tls is None:
+                warn_plaintext_password(engine.settings, f"{host}:{port}")
             state("SUCCESS")
             await run_connection(stream, engine)
             failures = 0 if engine.connection.remote_container else failures + 1

@@ -124,12 +124,21 @@ def configure_sasl(transport, settings, *, server: bool, connection=None, remote
     connection.user = username
     connection.password = getattr(settings, "sasl_password", None) or ""
     sasl.allowed_mechs(CLIENT_PLAIN)
-    # proton refuses PLAIN over a connection without TLS unless told otherwise ("insecure" mechanism),
-    # and this build has no TLS: allow it, which is harmless on loopback; elsewhere the password
-    # crosses the network in clear text, so say so.
+    # proton refuses PLAIN over a connection without TLS unless told otherwise ("insecure" mechanism):
+    # TLS, when there is any, runs outside the engine (wire/driver.py), so proton cannot tell. The driver
+    # warns when the password really crosses the network in clear (warn_plaintext_password).
     sasl.allow_insecure_mechs = True
-    if remote_host and not is_loopback(remote_host):
-        log.warning("SASL PLAIN to %s sends the password unencrypted (no TLS in this build)", remote_host)
+
+
+def warn_plaintext_password(settings, remote_host: str) -> None:
+    """Log a WARNING when a client connection without TLS to another machine would send its password in
+    clear text (SASL PLAIN; SCRAM never sends it). The driver calls this for connections without TLS."""
+    if not getattr(settings, "sasl_username", None) or not remote_host or is_loopback(remote_host):
+        return
+    mechanisms = getattr(settings, "sasl_client_mechanisms", None)
+    if mechanisms is None or "PLAIN" in mechanisms.split():
+        log.warning("SASL PLAIN to %s would send the password unencrypted: configure TLS (sslProfile) or SCRAM",
+                    remote_host)
 
 
 # -- our own client half: SCRAM (and PLAIN) without proton's SASL ------------------------------------------

@@ -6,6 +6,7 @@ frames: it offers mechanisms, decodes the client's sasl-init and answers with an
 
 from __future__ import annotations
 
+import logging
 import struct
 
 import proton
@@ -233,3 +234,18 @@ def test_external_needs_verified_client_certificates():
     assert isinstance(layer, SaslServer) and layer.mechanisms == []  # until TLS names the peer
     layer.external_user = "CN=peer"
     assert layer.mechanisms == ["EXTERNAL"]
+
+
+@pytest.mark.parametrize("settings_kw, host, warned", [
+    ({"sasl_username": "alice"}, "broker.example:5672", True),                      # proton's PLAIN
+    ({"sasl_username": "alice", "sasl_client_mechanisms": "SCRAM-SHA-512 PLAIN"}, "10.0.0.7:5672", True),
+    ({"sasl_username": "alice", "sasl_client_mechanisms": "SCRAM-SHA-256"}, "10.0.0.7:5672", False),
+    ({"sasl_username": "alice"}, "127.0.0.1:5672", False),                           # never leaves the host
+    ({}, "broker.example:5672", False),                                              # anonymous: no password
+])
+def test_plaintext_password_warning(caplog, settings_kw, host, warned):
+    from wire.sasl import warn_plaintext_password
+
+    with caplog.at_level(logging.WARNING, logger="wire.sasl"):
+        warn_plaintext_password(ConnectionSettings(**settings_kw), host)
+    assert bool([r for r in caplog.records if "unencrypted" in r.getMessage()]) is warned
