@@ -234,7 +234,8 @@ def test_sasl_external_logs_in_as_the_client_certificate_subject(router_factory,
 
 
 # rhea (Node) logs in with PLAIN over TLS and a client certificate, and sends a message to itself.
-# rhea 3 has no SCRAM client, so PLAIN it is (over TLS, where the password is encrypted).
+# rhea 3 ships no SCRAM client: tests/system/test_rhea_security.py logs rhea in with SCRAM-SHA-256/512 over
+# TLS through our own mechanism, tests/clients/rhea/scram.js.
 RHEA_PLAIN_OVER_TLS = r"""
 const fs = require('fs');
 const rhea = require('rhea');
