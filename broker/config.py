@@ -31,6 +31,7 @@ from .configmodel import (  # the objects this parser builds (re-exported: impor
     AddressSettings, BrokerConfig, BrokerConnection, BrokerConnectionElement, FlowRecordsConfig, QueueConfig,
     artemis_match, match_specificity_cmp,
 )
+from .credentials import Credentials, CredentialsError
 from .security import (
     ENFORCED_PERMISSIONS, ROLES_FILE, UNENFORCED_PERMISSIONS, SecurityFileError, SecuritySetting, load_security,
     redacted_uri, uri_tls, users_path,
@@ -146,6 +147,11 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
              | set(xs.CORE_SECURITY_UNENFORCED) | set(xs.CORE_SECURITY_ENFORCED))
     security_el = None
     security_settings = ([], None)
+    credentials = Credentials(ctx.path)
+    try:
+        credentials.check()   # a store others may read is refused even before a connection needs it
+    except CredentialsError as exc:
+        raise BrokerConfigError(exc.path, exc.line, exc.message) from None
     for name, el in children(ctx, core):
         if name in xs.CORE_UNSUPPORTED:
             raise ctx.error(el, f"<{name}> is not supported by tdbroker: {xs.CORE_UNSUPPORTED[name]}")
@@ -193,7 +199,7 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
         elif name == "address-settings":
             cfg.address_settings = _parse_address_settings(ctx, el)
         elif name == "broker-connections":
-            cfg.broker_connections = _parse_broker_connections(ctx, el)
+            cfg.broker_connections = _parse_broker_connections(ctx, el, credentials)
         elif name == "flow-records":
             cfg.flow_records = _parse_flow_records(ctx, el)
         elif name == "global-max-size":
@@ -470,7 +476,7 @@ def _parse_address_settings(ctx: Ctx, parent) -> list[AddressSettings]:
 _CONNECTION_CHILDREN = ("peer", "sender", "receiver", "mirror", "federation")
 
 
-def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
+def _parse_broker_connections(ctx: Ctx, parent, credentials: Credentials) -> list[BrokerConnection]:
     out: list[BrokerConnection] = []
     names: dict[str, int] = {}
     for name, el in children(ctx, parent):
@@ -489,7 +495,7 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
         for alt in alternates:
             tls.append(uri_tls(ctx, el, f"amqp-connection {cname!r} alternate uri",
                                 _parse_tcp_uri(ctx, el, alt, "amqp-connection alternate uri")[2], server=False))
-        _check_credentials(ctx, el, cname)
+        login = _login(ctx, el, credentials, f"amqp-connection {cname!r}")
         if el.attrib.get("user") and tls[0] is None and not is_loopback(host):
             ctx.warn(el, f"amqp-connection {cname!r} logs in as {el.attrib['user']!r} without TLS to {host}: a peer "
                          "that offers only PLAIN gets the password in clear; add sslEnabled=true to the uri")
@@ -500,8 +506,8 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
         if attempts < -1:
             raise ctx.error(el, f"<amqp-connection> reconnect-attempts must be -1 (forever) or >= 0, got {attempts}")
         conn = BrokerConnection(
-            name=cname, uri=redacted_uri(uri), host=host, port=port, user=ctx.attr(el, "user"),
-            password=ctx.attr(el, "password"), retry_interval_ms=retry, reconnect_attempts=attempts,
+            name=cname, uri=redacted_uri(uri), host=host, port=port, user=login.user, password=login.password,
+            password_source=login.source, retry_interval_ms=retry, reconnect_attempts=attempts,
             auto_start=ctx.attr(el, "auto-start", "bool", xs.DEFAULT_AUTO_START),
             elements=[_parse_connection_element(ctx, kind, c) for kind, c in children(ctx, el)],
             line=el.line, params=params, alternate_uris=[redacted_uri(u) for u in alternates], tls=tls)
@@ -510,19 +516,14 @@ def _parse_broker_connections(ctx: Ctx, parent) -> list[BrokerConnection]:
     return out
 
 
-def _check_credentials(ctx: Ctx, el, cname: str) -> None:
-    """``user`` (with ``password``) is enforced: the connection logs in with SASL PLAIN. A password without
-    a user would be ignored (the login is ANONYMOUS) and a masked ``ENC(...)`` one would be sent as it is
-    written: both are refused. The password itself never appears in a message."""
-    password = el.attrib.get("password")
-    if password is None:
-        return
-    if not el.attrib.get("user"):
-        raise ctx.error(el, f"amqp-connection {cname!r}: password without user is not enforced: the "
-                            "connection would log in ANONYMOUS; add user=\"...\" or remove the password")
-    if password.strip().upper().startswith("ENC("):
-        raise ctx.error(el, f"amqp-connection {cname!r}: masked passwords (ENC(...)) are not enforced yet: "
-                            "tdbroker does not decode them; write the password in clear")
+def _login(ctx: Ctx, el, credentials: Credentials, what: str):
+    """``user`` (with ``password``, or with the password from the credentials store: broker/credentials.py)
+    is enforced: the connection logs in with SASL SCRAM or PLAIN. The password never appears in a message."""
+    try:
+        return credentials.resolve(ctx.attr(el, "user"), ctx.attr(el, "password"), line=el.line, what=what,
+                                   warn=lambda message: ctx.warn(el, message))
+    except CredentialsError as exc:
+        raise BrokerConfigError(exc.path, exc.line, exc.message) from None
 
 
 def _parse_connection_element(ctx: Ctx, kind: str, el) -> BrokerConnectionElement:

@@ -123,6 +123,9 @@ class BrokerConnection:
     params: dict = field(default_factory=dict)          # query parameters of the first URI
     alternate_uris: list = field(default_factory=list)  # after '#', tried in turn on retry
     tls: list = field(default_factory=list)  # wire.tls.ClientTls or None per URI: the first, then alternates
+    #: Where the password came from: broker.credentials.FROM_CONFIG (the password attribute),
+    #: FROM_STORE (the credentials store beside broker.xml), or None (no login: ANONYMOUS).
+    password_source: str | None = None
 
 
 @dataclass

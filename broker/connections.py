@@ -15,7 +15,9 @@ wildcards, or ``queue-name``) the broker attaches, on one session per connection
 Queues created later (auto-created, by management) get their links as soon as they exist, and every
 link is attached again on reconnect (retry-interval, reconnect-attempts, failover URIs after ``#``).
 ``auto-start="false"`` leaves the connection stopped until :meth:`BridgeControl.start` (the management ``start`` operation);
-:meth:`BridgeControl.stop` closes it. ``user``/``password`` authenticate with SASL SCRAM or PLAIN. Temporary
+:meth:`BridgeControl.stop` closes it. ``user``/``password`` authenticate with SASL SCRAM or PLAIN; a
+connection that names its user only has its password from the credentials store beside broker.xml
+(:mod:`broker.credentials`, resolved by :mod:`broker.config`). Temporary
 queues (dynamic sources, non-durable subscriptions) never get broker-connection links. ``<mirror>`` and
 ``<federation>`` are not implemented and are reported once at start-up.
 

@@ -17,6 +17,7 @@ import trio
 
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
+from broker.credentials import FROM_STORE, store_path
 from broker.runtime import BridgeTask, BrokerRuntime
 from broker.security import ACCEPTOR_MECHANISMS
 from broker.server import Broker
@@ -125,7 +126,8 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
 def main(ctx: click.Context, config_path: str, verbose: bool) -> None:
     """tdbroker: a store-and-forward AMQP 1.0 broker that peers with trio-dispatch routers.
 
-    Without a command it runs the broker; `tdbroker -c broker.xml user ...` manages the users beside it."""
+    Without a command it runs the broker; `tdbroker -c broker.xml user ...` manages the users beside it,
+    `tdbroker -c broker.xml credential ...` the passwords its own connections log in with."""
     ctx.obj = config_path
     if ctx.invoked_subcommand is None:
         run(config_path, verbose)
@@ -155,6 +157,10 @@ def run(config_path: str, verbose: bool) -> None:
     elif cfg.security_enabled:
         log.info("%s: security enabled: %d users; every acceptor requires a SASL login (%s)", cfg.path,
                  len(cfg.security.users), ACCEPTOR_MECHANISMS)
+    for conn in cfg.broker_connections:
+        if conn.password_source == FROM_STORE:
+            log.info("broker connection %s logs in as %r with the password from the credentials store %s",
+                     conn.name, conn.user, store_path(cfg.path))
     try:
         trio.run(run_broker, cfg)
     except KeyboardInterrupt:
@@ -208,6 +214,64 @@ def user_list(config_path: str) -> None:
         raise click.ClickException(str(exc)) from None
     for name, roles in rows:
         click.echo(f"{name} roles: {','.join(roles)}")
+
+
+@main.group()
+def credential() -> None:
+    """The credentials store (broker-credentials.properties beside broker.xml, mode 0600): the passwords the
+    broker's own connections log in with when broker.xml gives their user only. Restart to apply."""
+
+
+def _read_password() -> str:
+    """One line of standard input; on a terminal, asked for twice without echo. Never from the command line
+    (argv is visible to every user of the machine)."""
+    if sys.stdin.isatty():
+        return click.prompt("Password", hide_input=True, confirmation_prompt=True, err=True)
+    return sys.stdin.readline().rstrip("\r\n")
+
+
+@credential.command("add")
+@click.option("--user", "name", required=True, help="User name the connection logs in as.")
+@click.pass_obj
+def credential_add(config_path: str, name: str) -> None:
+    """Store a user's password (read from standard input), or replace it."""
+    from broker.credentials import add_credential
+
+    try:
+        add_credential(config_path, name, _read_password())
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"credential for {name} stored in {store_path(config_path)}")
+
+
+@credential.command("rm")
+@click.option("--user", "name", required=True, help="User name.")
+@click.pass_obj
+def credential_rm(config_path: str, name: str) -> None:
+    """Remove a user's stored password."""
+    from broker.credentials import remove_credential
+
+    try:
+        removed = remove_credential(config_path, name)
+    except OSError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not removed:
+        raise click.ClickException(f"no credential for {name} in {store_path(config_path)}")
+    click.echo(f"credential for {name} removed")
+
+
+@credential.command("list")
+@click.pass_obj
+def credential_list(config_path: str) -> None:
+    """List the users with a stored password (never the passwords)."""
+    from broker.credentials import CredentialsError, list_credentials
+
+    try:
+        names = list_credentials(config_path)
+    except CredentialsError as exc:
+        raise click.ClickException(str(exc)) from None
+    for name in names:
+        click.echo(name)
 
 
 if __name__ == "__main__":

@@ -296,7 +296,8 @@ class Ctx:
                 raise self.error(elem, f"<{local(elem)}> needs a {name}=\"...\" attribute")
             return default
         if "${" in raw:
-            raise self.error(elem, f"{name}=\"{raw}\": ${{...}} property substitution is not supported")
+            shown = "..." if "password" in name.lower() else raw   # never echo a password
+            raise self.error(elem, f"{name}=\"{shown}\": ${{...}} property substitution is not supported")
         if kind == "str":
             if required and not raw.strip():
                 raise self.error(elem, f"<{local(elem)}> {name}=\"\" must not be empty")
