@@ -28,8 +28,9 @@ from wire.saslserver import (AUTH_FAILED, FRAMING_ERROR, OUTCOME_OK, PLAIN as _P
                              SASL_HEADER, SASL_INIT, SASL_MECHANISMS, SASL_OUTCOME, SASL_RESPONSE,
                              SCRAM_MECHANISMS, SUPPORTED_MECHANISMS, SaslLayer, SaslServer, SaslProtocolError,
                              auth_signatures, b64, encode_frame, field, saslname_encode, scram_attributes,
-                             unb64, valid_nonce, xor)
-from wire.users import MAX_ITERATIONS, ScramCredential, Users, UsersFileError, client_key, salted_password
+                             scram_error, unb64, valid_nonce, xor)
+from wire.users import (MAX_ITERATIONS, ScramCredential, Users, UsersFileError, client_key,
+                        salted_password)
 
 log = logging.getLogger("wire.sasl")
 
@@ -209,12 +210,12 @@ class SaslClient(SaslLayer):
         try:
             server_first = challenge.decode("ascii")
         except UnicodeDecodeError:
-            raise SaslProtocolError("SCRAM: server-first-message is not ASCII") from None
+            raise scram_error("server-first-message is not ASCII") from None
         attrs = scram_attributes(server_first, "rsi")
         if not attrs["r"].startswith(nonce) or len(attrs["r"]) == len(nonce) or not valid_nonce(attrs["r"]):
-            raise SaslProtocolError("SCRAM: server nonce does not extend ours")
+            raise scram_error("server nonce does not extend ours")
         if not attrs["i"].isdigit() or not 1 <= int(attrs["i"]) <= MAX_ITERATIONS:
-            raise SaslProtocolError(f"SCRAM: iteration count {attrs['i'][:20]!r} outside 1..{MAX_ITERATIONS}")
+            raise scram_error(f"iteration count {attrs['i'][:20]!r} outside 1..{MAX_ITERATIONS}")
         salt, iterations = unb64(attrs["s"], "salt"), int(attrs["i"])
         salted = salted_password(self.mechanism, self.password, salt, iterations)
         cred = ScramCredential.from_salted(self.mechanism, salted, salt, iterations)

@@ -80,7 +80,16 @@ DECODE_ERROR = "amqp:decode-error"
 
 
 class SaslProtocolError(Exception):
-    """The peer broke the SASL exchange (malformed frame, wrong performative, bad SCRAM message)."""
+    """The peer broke the SASL exchange (malformed frame, wrong performative, bad SCRAM message).
+
+    Its text becomes :attr:`SaslLayer.error`, so it starts with the AMQP condition (``amqp:...: why``),
+    the form every connection error takes."""
+
+
+def scram_error(why: str) -> SaslProtocolError:
+    """A SCRAM message that breaks RFC 5802 §7 (syntax) or §5 (nonce, channel binding): a decode error
+    of the SASL payload, as for a malformed PLAIN response."""
+    return SaslProtocolError(f"{DECODE_ERROR}: SCRAM: {why}")
 
 
 # -- frames --------------------------------------------------------------------------------------------
@@ -172,7 +181,7 @@ def unb64(text: str, what: str) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise SaslProtocolError(f"SCRAM: {what} is not base64") from None
+        raise scram_error(f"{what} is not base64") from None
 
 
 def scram_attributes(message: str, expected: str) -> dict:
@@ -181,21 +190,21 @@ def scram_attributes(message: str, expected: str) -> dict:
     for i, part in enumerate(message.split(",")):
         key, eq, value = part.partition("=")
         if len(key) != 1 or not eq:
-            raise SaslProtocolError(f"SCRAM: malformed attribute {part[:20]!r}")
+            raise scram_error(f"malformed attribute {part[:20]!r}")
         if i < len(expected) and key != expected[i]:
-            raise SaslProtocolError(f"SCRAM: expected attribute {expected[i]!r}, got {key!r}")
+            raise scram_error(f"expected attribute {expected[i]!r}, got {key!r}")
         if key == "m":
-            raise SaslProtocolError("SCRAM: mandatory extension not supported")  # RFC 5802 §5.1
+            raise scram_error("mandatory extension not supported")  # RFC 5802 §5.1
         attrs.setdefault(key, value)
     if len(attrs) < len(expected):
-        raise SaslProtocolError(f"SCRAM: message lacks attributes {expected!r}")
+        raise scram_error(f"message lacks attributes {expected!r}")
     return attrs
 
 
 def saslname_decode(text: str) -> str:
     """RFC 5802 §5.1: "," is sent as "=2C" and "=" as "=3D"; any other "=" is an error."""
     if "=" in text.replace("=2C", "").replace("=3D", ""):
-        raise SaslProtocolError("SCRAM: invalid '=' escape in user name")
+        raise scram_error("invalid '=' escape in user name")
     return text.replace("=2C", ",").replace("=3D", "=")
 
 
@@ -415,12 +424,12 @@ class SaslServer(SaslLayer):
         try:
             text = response.decode("utf-8")
         except UnicodeDecodeError:
-            raise SaslProtocolError("SCRAM: client-first-message is not UTF-8") from None
+            raise scram_error("client-first-message is not UTF-8") from None
         cbind, _, rest = text.partition(",")
         authz, _, bare = rest.partition(",")
         if cbind not in ("n", "y"):
             # "p=..." asks for channel binding, which only the -PLUS mechanisms (not offered) have.
-            raise SaslProtocolError(f"SCRAM: channel binding flag {cbind[:10]!r} not supported (gs2 header n,,)")
+            raise scram_error(f"channel binding flag {cbind[:10]!r} not supported (gs2 header n,,)")
         attrs = scram_attributes(bare, "nr")
         user = saslname_decode(attrs["n"])
         if authz:
@@ -430,7 +439,7 @@ class SaslServer(SaslLayer):
                 return
         client_nonce = attrs["r"]
         if not valid_nonce(client_nonce):
-            raise SaslProtocolError("SCRAM: client nonce is not printable ASCII without ','")
+            raise scram_error("client nonce is not printable ASCII without ','")
         record = self.users.get(user)
         cred = record.credentials.get(mechanism) if record is not None else None
         known = cred is not None
@@ -455,15 +464,15 @@ class SaslServer(SaslLayer):
         try:
             text = response.decode("ascii")
         except UnicodeDecodeError:
-            raise SaslProtocolError("SCRAM: client-final-message is not ASCII") from None
+            raise scram_error("client-final-message is not ASCII") from None
         without_proof, sep, proof_text = text.rpartition(",p=")
         if not sep:
-            raise SaslProtocolError("SCRAM: client-final-message has no proof")
+            raise scram_error("client-final-message has no proof")
         attrs = scram_attributes(without_proof, "cr")
         if unb64(attrs["c"], "channel binding") != gs2_header.encode("utf-8"):
-            raise SaslProtocolError("SCRAM: channel-binding attribute does not repeat the gs2 header")
+            raise scram_error("channel-binding attribute does not repeat the gs2 header")
         if attrs["r"] != nonce:
-            raise SaslProtocolError("SCRAM: nonce in client-final-message is not the one agreed")
+            raise scram_error("nonce in client-final-message is not the one agreed")
         proof = unb64(proof_text, "proof")
         auth_message = f"{client_first_bare},{server_first},{without_proof}".encode("utf-8")
         client_signature, server_signature = auth_signatures(cred, auth_message)

@@ -254,7 +254,29 @@ def test_malformed_scram_final_messages(users):
         srv.feed(encode_frame(SASL_RESPONSE, [final.replace(b"{n}", nonce.encode())]))
         while srv.take_output() is not None:
             pass
-        assert srv.finished and srv.user is None and srv.error.startswith(("SCRAM", "amqp:")), srv.error
+        assert srv.finished and srv.user is None and srv.error.startswith("amqp:"), srv.error
+
+
+@pytest.mark.parametrize("first", [b"n,,n=alice,r=a\x01b", b"\xff", b"n,,n=a=41,r=b", b"n,,r=b,n=a", b"n,,m=x,n=a,r=b"])
+def test_fuzz_finding_malformed_scram_first_message_error_starts_with_an_amqp_condition(users, first):
+    """Found by the fuzz campaign (sasl-server): a malformed SCRAM message failed the layer with an error
+    starting "SCRAM: ...", not "amqp:condition: ...", the form every connection error takes."""
+    srv, hs = server(users)
+    srv.feed(SASL_HEADER + encode_frame(SASL_INIT, [Symbol("SCRAM-SHA-256"), first]))
+    while srv.take_output() is not None:
+        pass
+    assert srv.finished and hs.errors_at_close == [srv.error]
+    assert srv.error.startswith("amqp:decode-error: SCRAM: "), srv.error
+
+
+def test_fuzz_finding_malformed_scram_server_first_message_error_starts_with_an_amqp_condition():
+    """The client half meets the same SCRAM checks: a server nonce that does not extend ours."""
+    from wire.saslserver import mechanisms_frame
+
+    cli = SaslClient("alice", "wonderland", ["SCRAM-SHA-256"])
+    cli.feed(SASL_HEADER + mechanisms_frame(["SCRAM-SHA-256"]))
+    cli.feed(encode_frame(SASL_CHALLENGE, [b"r=not-ours,s=AAAA,i=4096"]))
+    assert cli.failed and cli.error.startswith("amqp:decode-error: SCRAM: server nonce"), cli.error
 
 
 def test_peer_closing_mid_sasl_ends_the_connection(users):
