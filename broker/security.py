@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from wire.errors import LocatedError
 from wire.tls import ARTEMIS_TLS_PARAMETERS, TlsConfigError, artemis_tls
-from wire.users import ScramCredential, UserRecord, Users, valid_user_name
+from wire.users import ScramCredential, UserRecord, Users, editor_line_at, editor_lines, valid_user_name
 
 from . import xmlschema as xs
 from .xmlschema import Ctx
@@ -78,8 +78,8 @@ def _properties(path: str):
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SecurityFileError(path, data[:exc.start].count(b"\n") + 1, "not UTF-8 text") from None
-    for lineno, raw in enumerate(text.splitlines(), 1):
+        raise SecurityFileError(path, editor_line_at(data, exc.start), "not UTF-8 text") from None
+    for lineno, raw in enumerate(editor_lines(text), 1):
         line = raw.strip()
         if not line or line[0] in "#!":
             continue

@@ -29,7 +29,7 @@ from wire.saslserver import (AUTH_FAILED, FRAMING_ERROR, OUTCOME_OK, PLAIN as _P
                              SCRAM_MECHANISMS, SUPPORTED_MECHANISMS, SaslLayer, SaslServer, SaslProtocolError,
                              auth_signatures, b64, encode_frame, field, saslname_encode, scram_attributes,
                              scram_error, unb64, valid_nonce, xor)
-from wire.users import (MAX_ITERATIONS, ScramCredential, Users, UsersFileError, client_key,
+from wire.users import (MAX_ITERATIONS, ScramCredential, Users, UsersFileError, client_key, editor_lines,
                         salted_password)
 
 log = logging.getLogger("wire.sasl")
@@ -273,7 +273,7 @@ class SaslConfigFile:
         path = os.path.join(config_dir, f"{config_name}.conf")
         try:
             with open(path, encoding="utf-8") as f:
-                lines = f.read().splitlines()
+                lines = editor_lines(f.read())
         except (OSError, UnicodeDecodeError) as exc:
             raise SaslConfigError(f"{path}: cannot read the SASL configuration: "
                                   f"{getattr(exc, 'strerror', None) or exc}") from None

@@ -41,6 +41,7 @@ import binascii
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import tempfile
 import unicodedata
@@ -64,6 +65,22 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 _BDB_MAGICS = {0x00061561, 0x00053162, 0x00042253}
 _GDBM_MAGICS = (b"\x13\x57\x9a\xce", b"\xce\x9a\x57\x13", b"\x13\x57\x9a\xcd", b"\xcd\x9a\x57\x13",
                 b"\x13\x57\x9a\xcf", b"\xcf\x9a\x57\x13")
+
+
+# Lines end at \n, \r\n or \r only, as editors count them for FILE:LINE. str.splitlines() also breaks at
+# \v, \f, \x1c-\x1e, \x85, U+2028 and U+2029, which would put every line number after one of those off.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_LINE_END_BYTES = re.compile(rb"\r\n|\r|\n")
+
+
+def editor_lines(text: str) -> list[str]:
+    """The lines of ``text`` as an editor numbers them (line N is ``editor_lines(text)[N - 1]``)."""
+    return _LINE_END.split(text)
+
+
+def editor_line_at(data: bytes, offset: int) -> int:
+    """The line (from 1, as an editor counts) that byte ``offset`` of ``data`` is on."""
+    return len(_LINE_END_BYTES.split(data[:offset]))
 
 
 class UsersFileError(ValueError):
@@ -226,6 +243,8 @@ class Users:
                 data = f.read(MAX_FILE_BYTES + 1)
         except OSError as exc:
             raise UsersFileError(f"{path}: cannot read users file: {exc.strerror or exc}") from None
+        except ValueError:  # open() refuses a path with a NUL character (a configuration file may hold one)
+            raise UsersFileError(f"{path!r}: cannot read users file: the name has a NUL character") from None
         if len(data) > MAX_FILE_BYTES:
             raise UsersFileError(f"{path}: larger than {MAX_FILE_BYTES} bytes: not a users file")
         return cls.parse(data, path)
@@ -241,10 +260,10 @@ class Users:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            line = data[:exc.start].count(b"\n") + 1
+            line = editor_line_at(data, exc.start)
             raise UsersFileError(f"{path}:{line}: not UTF-8 text: not a users file (make one with `tdpasswd`)") from None
         users = cls(path=path)
-        for lineno, raw_line in enumerate(text.splitlines(), 1):
+        for lineno, raw_line in enumerate(editor_lines(text), 1):
             line = raw_line.strip()
             if not line or line.startswith("#"):
                 continue

@@ -115,6 +115,21 @@ def test_users_file_errors_name_file_and_line(tmp_path, content, line, words):
     assert (info.value.path, info.value.line) == (str(path), line) and words in info.value.message
 
 
+def test_fuzz_finding_properties_line_numbers_count_only_real_line_ends(tmp_path):
+    """broker-properties: "SecurityFileError names a line past the end": str.splitlines() broke lines at
+    \x1c (and \v, \f, \x1d, \x1e, \x85, U+2028, U+2029), which editors do not."""
+    path = tmp_path / "artemis-users.properties"
+    path.write_text("# users\nadmi+gin = secr\x1c\x1c\x1cet\n! comment\x0c\u2028\nguest: guest\nbroken\n",
+                    encoding="utf-8")
+    with pytest.raises(SecurityFileError) as info:
+        load_users(str(path))
+    assert (info.value.line, info.value.message) == (5, "expected 'name = value'")
+    path.write_bytes(b"a = b\r\x0c\rc = \xff\n")  # lines ending in \r alone count as editors count them
+    with pytest.raises(SecurityFileError) as info:
+        load_users(str(path))
+    assert (info.value.line, info.value.message) == (3, "not UTF-8 text")
+
+
 def test_roles_file_and_unknown_members_warn(tmp_path):
     (tmp_path / "artemis-users.properties").write_text("alice = a\n")
     (tmp_path / "artemis-roles.properties").write_text("amq = alice, ghost\n")

@@ -215,6 +215,29 @@ def test_cyrus_conf_pointing_at_a_berkeley_db_sasldb(tmp_path):
     assert "qdrouterd.conf:1: sasldb_path: " in str(err.value) and "tdpasswd -f" in str(err.value)
 
 
+def test_fuzz_finding_cyrus_conf_line_numbers_count_only_real_line_ends(tmp_path):
+    """sasl-files: "SaslConfigError names a line past the end" (str.splitlines() broke lines at \f)."""
+    from wire.sasl import SaslConfigError, SaslConfigFile
+
+    # The fuzzer's input: one comment line, which was read as 16 (the last one an unknown option).
+    (tmp_path / "qdrouterd.conf").write_bytes(b"# trio" + b"\x0c" * 15 + b"-dispa# C\x00\x00\x00\x00")
+    conf = SaslConfigFile.load(str(tmp_path), "qdrouterd")
+    assert conf.mechanisms is None and conf.users is None
+    (tmp_path / "qdrouterd.conf").write_text("# \x0b \u2028 \x1c\nmech_list: PLAIN\n\x1c\nbogus: x\n")
+    with pytest.raises(SaslConfigError) as err:
+        SaslConfigFile.load(str(tmp_path), "qdrouterd")
+    assert "qdrouterd.conf:4: unsupported SASL option 'bogus'" in str(err.value), err.value
+
+
+def test_fuzz_finding_sasldb_path_with_a_nul_is_a_config_error(tmp_path):
+    """sasl-files: ``sasldb_path: sa<NUL>2`` made open() raise ValueError out of SaslConfigFile.load."""
+    from wire.sasl import SaslConfigError, SaslConfigFile
+
+    (tmp_path / "qdrouterd.conf").write_bytes(b"mech_list: PLAIN\nsasldb_path: sa\x00\x00\x00\x002\n")
+    with pytest.raises(SaslConfigError, match="qdrouterd.conf:2: sasldb_path: .*NUL character"):
+        SaslConfigFile.load(str(tmp_path), "qdrouterd")
+
+
 def test_missing_cyrus_conf(tmp_path):
     from wire.sasl import SaslConfigError, SaslConfigFile
 

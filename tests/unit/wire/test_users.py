@@ -147,3 +147,25 @@ def test_plain_check_of_an_unknown_user_costs_one_pbkdf2_like_a_known_one(monkey
     assert not users.check_plain("alice", "guess")
     assert not users.check_plain("nobody", "guess")
     assert calls == [DEFAULT_ITERATIONS, DEFAULT_ITERATIONS]
+
+
+# fuzz finding sasl-files-fa5020f6f912 ("UsersFileError names a line past the end"): the exact input.
+# str.splitlines() also breaks lines at \v, \f, \x1c-\x1e, \x85, U+2028 and U+2029; editors do not.
+FUZZ_USERS_VERTICAL_TAB = b"# C\x0byru#s  St.use"
+
+
+def test_fuzz_finding_users_file_line_numbers_count_only_real_line_ends(tmp_path):
+    assert len(Users.parse(FUZZ_USERS_VERTICAL_TAB, "users")) == 0  # one comment line (it was line 2)
+    text = f"# a form feed \x0c and a line separator \u2028 in a comment\r{_line('bob')}\r\nbroken\n"
+    with pytest.raises(UsersFileError) as err:
+        Users.parse(text.encode(), "users")
+    assert str(err.value).startswith("users:3: "), err.value
+    with pytest.raises(UsersFileError) as err:
+        Users.parse(b"# one\rtwo \x1c\rthr\xffee\n", "users")  # lines that end in \r alone count too
+    assert str(err.value).startswith("users:3: not UTF-8"), err.value
+
+
+def test_fuzz_finding_users_file_name_with_a_nul_is_a_users_file_error(tmp_path):
+    """sasl-files: a sasldb_path with a NUL character made open() raise ValueError out of Users.load."""
+    with pytest.raises(UsersFileError, match="the name has a NUL character"):
+        Users.load(str(tmp_path / "sa\0db"))
