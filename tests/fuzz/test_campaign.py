@@ -1,10 +1,10 @@
-"""The fuzz campaign's bounded run: every target of tools/fuzz for a few seconds each, about a minute in all.
+"""The fuzz campaign's bounded run: every target of tools/fuzz for a few seconds each, under two minutes in all.
 
 Each target runs in its own worker process (``python -m tools.fuzz.worker``) with atheris (libFuzzer,
 coverage-guided over wire/, router/ and broker/) from its seeds, with a fixed libFuzzer seed. A target
 passes when the worker ends normally, ran a reasonable number of inputs, and met no violation of its
-properties (see tools/fuzz/targets_amqp.py and targets_misc.py). The long run is the same thing for
-longer: ``python -m tools.fuzz --target all --seconds 600`` (docs/robustness.md).
+properties (see tools/fuzz/targets_amqp.py, targets_misc.py and targets_security.py). The long run is
+the same thing for longer: ``python -m tools.fuzz --target all --seconds 600`` (docs/robustness.md).
 
 atheris is in the ``test`` extra. Under CI (``CI=true``) a missing atheris fails these tests instead of
 skipping them; elsewhere the plain random mutator runs the same targets (not coverage-guided) and says so.
@@ -21,9 +21,10 @@ import pytest
 from tools.fuzz import TARGETS
 from tools.fuzz.__main__ import atheris_available, run_target
 
-#: Seconds of fuzzing per target: with the workers' start-up (1-3 s each) nine targets take about a minute.
+#: Seconds of fuzzing per target: with the workers' start-up (1-3 s each) twelve targets take about 80 s.
 SECONDS_PER_TARGET = 4
-#: A worker that ran fewer inputs than this did not really fuzz (the slowest target does ~600/s alone).
+#: A worker that ran fewer inputs than this did not really fuzz (the slowest, broker-properties, does
+#: ~160/s alone: every password in clear costs two PBKDF2 derivations).
 MIN_EXECUTIONS = 200
 #: A worker that has not finished by then is stuck (its own per-input timeout is 30 s).
 WORKER_TIMEOUT_SECONDS = 90

@@ -8,12 +8,15 @@ Targets (``python -m tools.fuzz --list``), each run against the real code in thi
   Router / Broker to a consumer;
 * ``mgmt-router``, ``mgmt-broker`` — mutated ``$management`` requests to the agents of a live Router / Broker;
 * ``mesh`` — mutated inter-router control messages (HELLO, RA, LSU, LSR, MAU, MAR) into a RoutingEngine;
-* ``config-router``, ``config-broker`` — mutated qdrouterd.conf and broker.xml text into the parsers.
+* ``config-router``, ``config-broker`` — mutated qdrouterd.conf and broker.xml text into the parsers;
+* ``sasl-server`` — mutated client SASL streams into the server-side SASL layer with a users file;
+* ``sasl-files``, ``broker-properties`` — mutated users files, Cyrus SASL configuration files and
+  artemis-users/roles.properties into their parsers (issue 12, :mod:`tools.fuzz.targets_security`).
 
 Each target states its properties in its module docstring (:mod:`tools.fuzz.targets_amqp`,
-:mod:`tools.fuzz.targets_misc`). The engine is atheris (libFuzzer, coverage-guided over the ``wire``,
-``router`` and ``broker`` packages); without atheris a plain random mutator (``--engine random``) runs the
-same targets, without coverage guidance. Each target runs in its own subprocess
+:mod:`tools.fuzz.targets_misc`, :mod:`tools.fuzz.targets_security`). The engine is atheris (libFuzzer,
+coverage-guided over the ``wire``, ``router`` and ``broker`` packages); without atheris a plain random
+mutator (``--engine random``) runs the same targets, without coverage guidance. Each target runs in its own subprocess
 (:mod:`tools.fuzz.worker`), so that a crash, a hang or runaway memory ends one target, not the campaign.
 
 Long run (documented in docs/robustness.md)::
@@ -41,6 +44,9 @@ TARGETS = {
     "mesh": "tools.fuzz.targets_misc:MESH",
     "config-router": "tools.fuzz.targets_misc:CONFIG_ROUTER",
     "config-broker": "tools.fuzz.targets_misc:CONFIG_BROKER",
+    "sasl-server": "tools.fuzz.targets_security:SASL_SERVER",
+    "sasl-files": "tools.fuzz.targets_security:SASL_FILES",
+    "broker-properties": "tools.fuzz.targets_security:BROKER_PROPERTIES",
 }
 
 

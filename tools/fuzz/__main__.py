@@ -51,7 +51,8 @@ def run_target(target: str, *, engine: str, corpus: str, crashes: str, seconds: 
     log_path = os.path.join(log_dir or crashes, f"{target}.log")
     started = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
+        # stdin is /dev/null: a mutated file path (sasl-files' sasldb_path) may name /dev/stdin.
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     summary = read_summary(crashes, target)
     summary.update(target=target, status=proc.returncode, wall_seconds=round(time.monotonic() - started, 1),

@@ -55,8 +55,19 @@ BROKER_CONFIG = [s.encode() for s in (
     "<!DOCTYPE x [<!ENTITY e \"x\">]>", "&e;", "<![CDATA[", "]]>", "<!--", "-->", "#", "*", "10MB", "-1",
     "connectionsAllowed=", "handshake-timeout=")]
 
+SASL = [s.encode() for s in (
+    "PLAIN", "ANONYMOUS", "EXTERNAL", "SCRAM-SHA-256", "SCRAM-SHA-512", "n,,", "y,,", "p=tls-unique,,", "n=",
+    "r=", "c=biws", "p=", "a=", "m=", "=2C", "=3D", ",", "\x00", "alice", "bob")]
+SASL += _SASL + _CONSTRUCTORS + _SIZES + _UTF8
+
+SECURITY_FILES = [s.encode() for s in (
+    "SCRAM-SHA-256$4096:", "SCRAM-SHA-512$", "$", ":", "=", "ENC(", ")", "mech_list: ", "sasldb_path: ",
+    "pwcheck_method: auxprop", "auxprop_plugin: sasldb", "fuzz.users", "sasldb2", "alice", "#", "!", "\\",
+    "AAAA", "\x00", "\x0b", "\x1c", "\x85", "\u2028", "\r", "\n", ",")]
+
 _BY_TARGET = {"frames": AMQP, "messages": AMQP, "mgmt": MANAGEMENT + AMQP[:20], "mesh": MESH,
-              "config-router": ROUTER_CONFIG, "config-broker": BROKER_CONFIG}
+              "config-router": ROUTER_CONFIG, "config-broker": BROKER_CONFIG,
+              "sasl-server": SASL, "sasl-files": SECURITY_FILES, "broker-properties": SECURITY_FILES}
 
 
 def tokens_for(target: str) -> list[bytes]:

@@ -246,3 +246,112 @@ def broker_configs() -> list[bytes]:
 
     out.append(BROKER_XML.encode())
     return out
+
+
+# -- security (issue 12) -----------------------------------------------------------------------------
+
+def _sasl_exchange(client_side, server) -> bytes:
+    """Run ``client_side`` (object with feed/take_output) against ``server`` until quiet; the client's bytes."""
+    sent = b""
+    for _ in range(50):
+        out = client_side.take_output() or b""
+        sent += out
+        if out:
+            server.feed(out)
+        back = server.take_output()
+        if back:
+            client_side.feed(back)
+        if not out and not back:
+            break
+    return sent
+
+
+class _ProtonSaslClient:
+    """A proton client transport that logs in with ``mechanism`` (the bytes a real proton client sends)."""
+
+    def __init__(self, mechanism: str, user: str | None = None, password: str | None = None):
+        self.connection = proton.Connection()
+        self.connection.container = "fuzz-seed"
+        if user is not None:
+            self.connection.user = user
+            self.connection.password = password
+        self.transport = proton.Transport(proton.Transport.CLIENT)
+        sasl = self.transport.sasl()
+        sasl.allowed_mechs(mechanism)
+        if mechanism == "PLAIN":
+            self.transport.require_encryption(False)
+            sasl.allow_insecure_mechs = True
+        self.transport.bind(self.connection)
+        self.connection.open()
+
+    def take_output(self) -> bytes:
+        p = self.transport.pending()
+        if p <= 0:
+            return b""
+        data = bytes(self.transport.peek(p))
+        self.transport.pop(p)
+        return data
+
+    def feed(self, data: bytes) -> None:
+        if self.transport.capacity() > 0:
+            self.transport.push(data[:self.transport.capacity()])
+
+
+def sasl_client_streams() -> list[bytes]:
+    """Client SASL streams recorded against the server layer: proton's PLAIN, ANONYMOUS and EXTERNAL
+    clients, our SCRAM-SHA-256/512 client (wire.sasl.SaslClient) for a known user with a wrong password
+    and for an unknown user, plus the frames a client builds by hand (PLAIN without an initial
+    response, an AMQP header where SASL is wanted)."""
+    from tools.fuzz.targets_security import EXTERNAL_NAME, SEED_PASSWORD, make_users
+    from wire.sasl import SaslClient
+    from wire.saslserver import (AMQP_HEADER, SASL_HEADER, SASL_INIT, SASL_RESPONSE, SUPPORTED_MECHANISMS,
+                                 SaslServer, encode_frame)
+    from wire.amqptypes import Symbol
+
+    users = make_users()
+
+    def server():
+        return SaslServer(users, SUPPORTED_MECHANISMS, allow_anonymous=True, external_user=EXTERNAL_NAME)
+
+    out = [_sasl_exchange(_ProtonSaslClient("PLAIN", "alice", SEED_PASSWORD), server()),
+           _sasl_exchange(_ProtonSaslClient("PLAIN", "nobody", SEED_PASSWORD), server()),
+           _sasl_exchange(_ProtonSaslClient("ANONYMOUS"), server()),
+           _sasl_exchange(_ProtonSaslClient("EXTERNAL"), server())]
+    for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        for user in ("alice", "nobody"):
+            out.append(_sasl_exchange(SaslClient(user, SEED_PASSWORD, [mech]), server()))
+    out.append(SASL_HEADER + encode_frame(SASL_INIT, [Symbol("PLAIN")])
+               + encode_frame(SASL_RESPONSE, [b"\0bob\0" + SEED_PASSWORD.encode()]))
+    out.append(SASL_HEADER + encode_frame(SASL_INIT, [Symbol("PLAIN"), b"admin\0bob\0x"]))
+    out.append(SASL_HEADER + encode_frame(SASL_INIT, [Symbol("SCRAM-SHA-256"), b"n,a=bob,n=alice,r=abc"]))
+    out.append(AMQP_HEADER + b"\0\0\0\x08\x02\0\0\0")
+    return [s for s in out if s]
+
+
+def sasl_files() -> list[bytes]:
+    """A users file written by wire.users, the shipped Cyrus SASL configuration, and variants naming the
+    users file and a Berkeley DB file (see targets_security.SaslFilesTarget.setup)."""
+    from tools.fuzz.targets_security import _seed_users_text
+
+    out = [_seed_users_text().encode()]
+    out += [f.read_bytes() for f in sorted((REPO / "conf").glob("*/qdrouterd.conf"))]
+    out.append(b"# Cyrus SASL\nmech_list: SCRAM-SHA-256 PLAIN\nsasldb_path: fuzz.users\npwcheck_method: auxprop\n"
+               b"auxprop_plugin: sasldb\n")
+    out.append(b"mech_list: ANONYMOUS EXTERNAL\n")
+    out.append(b"mech_list: PLAIN\nsasldb_path: sasldb2\n")
+    return out
+
+
+def broker_properties() -> list[bytes]:
+    """artemis-users.properties, a NUL line, artemis-roles.properties (targets_security.BrokerPropertiesTarget)."""
+    from tools.fuzz.targets_security import _seed_users_text
+
+    hashed = _seed_users_text().splitlines()[-1].split(None, 1)
+    out = []
+    for d in sorted((REPO / "conf").glob("*")):
+        u, r = d / "artemis-users.properties", d / "artemis-roles.properties"
+        if u.exists():
+            out.append(u.read_bytes() + b"\n\0\n" + (r.read_bytes() if r.exists() else b""))
+    out.append(f"# users\nadmin = secret\n! comment\nguest: guest\n{hashed[0]} = ENC({hashed[1]})\n".encode()
+               + b"\n\0\n" + b"amq = admin\nviewers = guest, bob, nobody\n")
+    return out
