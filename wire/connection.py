@@ -77,6 +77,7 @@ class ConnectionSettings:
     name: str = ""  # listener/connector name, for management and logs
     cost: int = 1  # inter-router role: this connection's routing cost (Dispatch's `cost`)
     strip_annotations: str = "both"  # router annotations removed on ingress (in), egress (out), both, no
+    policy_vhost: str | None = None  # router listener: the vhost policy of its connections (policyVhost)
 
 
 class ConnectionHandler:
@@ -94,6 +95,10 @@ class ConnectionHandler:
 
     def on_connection_open(self, conn: "EngineConnection") -> None:
         pass
+
+    def session_refusal(self, conn: "EngineConnection", session) -> tuple[str, str] | None:
+        """The peer began a session: None to take it, or (condition, description) to end it at once."""
+        return None
 
     def on_link_open(self, conn: "EngineConnection", link) -> None:
         """The peer attached a link. Open or close it; an unopened link is closed with an error."""
@@ -181,6 +186,7 @@ class EngineConnection:
         self.output_blocked = False
         self.output_resume_at = 0
         self.refusal: tuple[str, str] | None = None  # see refuse()
+        self._processing = False  # process() is draining events (see there)
         if not server:
             c.open()
 
@@ -341,17 +347,26 @@ class EngineConnection:
         event that raised is dropped so that nothing (the driver's clean-up included) runs it twice,
         and draining carries on so that the close is processed and reported.
         """
-        while True:
-            try:
-                if self.failed:
-                    self._drain_failed()
-                else:
-                    self._drain()
-                return
-            except Exception as exc:  # noqa: BLE001 - any handler bug must stay inside its connection
-                if raw.collector_peek(self._coll):
-                    raw.collector_pop(self._coll)  # the event being handled when the handler raised
-                self._handler_failed(exc)
+        if self._processing:
+            # Called from a handler (close() during on_connection_open): the event being handled is
+            # still at the head of the collector, so draining here would hand it over a second time.
+            # The outer drain goes on to the events this call would have seen.
+            return
+        self._processing = True
+        try:
+            while True:
+                try:
+                    if self.failed:
+                        self._drain_failed()
+                    else:
+                        self._drain()
+                    return
+                except Exception as exc:  # noqa: BLE001 - any handler bug must stay inside its connection
+                    if raw.collector_peek(self._coll):
+                        raw.collector_pop(self._coll)  # the event being handled when the handler raised
+                    self._handler_failed(exc)
+        finally:
+            self._processing = False
 
     def _drain(self) -> None:
         coll = self._coll
@@ -465,7 +480,11 @@ class EngineConnection:
         elif t == raw.PN_SESSION_REMOTE_OPEN:
             s = raw.event_session(ev)
             if lib.pn_session_state(s) & raw.LOCAL_UNINIT:
+                refusal = self.handler.session_refusal(self, s)
                 lib.pn_session_open(s)
+                if refusal is not None:  # begun and ended, as AMQP refuses a session (§2.7.2, §2.7.7)
+                    raw.set_session_error(s, *refusal)
+                    lib.pn_session_close(s)
         elif t == raw.PN_LINK_REMOTE_OPEN:
             link = raw.event_link(ev)
             if raw.link_state(link) & raw.LOCAL_UNINIT:

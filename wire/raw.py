@@ -329,3 +329,34 @@ def link_object(link) -> proton.Link:
 
 def connection_object(conn) -> proton.Connection:
     return proton.Connection.wrap(conn)
+
+
+def count_sessions(connection) -> int:
+    """Sessions of a proton Connection that we have begun and not ended (cold path: a policy check)."""
+    c = pointer(connection)
+    n = 0
+    s = lib.pn_session_head(c, LOCAL_ACTIVE)
+    while s:
+        n += 1
+        s = lib.pn_session_next(s, LOCAL_ACTIVE)
+    return n
+
+
+def count_links(connection, *, senders: bool) -> int:
+    """Links of a proton Connection that we have attached and not detached, senders or receivers (cold
+    path: a policy check)."""
+    c = pointer(connection)
+    n = 0
+    link = lib.pn_link_head(c, LOCAL_ACTIVE)
+    while link:
+        if bool(lib.pn_link_is_sender(link)) == senders:
+            n += 1
+        link = lib.pn_link_next(link, LOCAL_ACTIVE)
+    return n
+
+
+def set_session_error(session, condition: str, description: str) -> None:
+    """The error condition a session's END will carry."""
+    cond = lib.pn_session_condition(session)
+    lib.pn_condition_set_name(cond, condition.encode())
+    lib.pn_condition_set_description(cond, description.encode())

@@ -29,6 +29,8 @@ def capabilities(data) -> list[str]:
 # N = 1..9, phases 0..9; DISPATCH-1430). Artemis' broker connections declare it on their links.
 WAYPOINT_CAPABILITY = "qd.waypoint"
 MAX_WAYPOINT_ORDINAL = 9
+# Qpid Dispatch's fallback capability: a link serving an address's fallback destination (DISPATCH-1509).
+FALLBACK_CAPABILITY = "qd.fallback"
 
 
 def waypoint_ordinal(terminus) -> int | None:

@@ -244,3 +244,36 @@ async def test_other_accept_errors_still_raise():
     with pytest.raises(OSError):
         await wrapped.accept()
     await wrapped.aclose()
+
+
+class ClosesOnOpen(ConnectionHandler):
+    """Closes the connection from inside on_connection_open (a refusal decided by the handler)."""
+
+    def __init__(self):
+        self.opens = 0
+
+    def on_connection_open(self, conn):
+        self.opens += 1
+        conn.close("amqp:resource-limit-exceeded", "not you")
+
+
+def test_close_from_a_handler_does_not_hand_the_same_event_over_again():
+    # close() drains events; from inside a handler it used to drain the OPEN being handled a second time
+    # (a policy denial was counted and logged twice).
+    handler = ClosesOnOpen()
+    engine = server_engine(handler)
+    engine.feed(client_stream())
+    assert handler.opens == 1
+    assert b"amqp:resource-limit-exceeded" in drain(engine)
+
+
+class EndsSessions(ConnectionHandler):
+    def session_refusal(self, conn, session):
+        return "amqp:resource-limit-exceeded", "no sessions here"
+
+
+def test_session_refusal_begins_and_ends_the_session_with_the_condition():
+    engine = server_engine(EndsSessions())
+    engine.feed(client_stream(target="q"))
+    out = drain(engine)
+    assert b"no sessions here" in out and b"amqp:resource-limit-exceeded" in out

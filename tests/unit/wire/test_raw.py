@@ -571,3 +571,28 @@ def test_link_object_and_connection_object(ab):
     assert co.remote_container == a.connection.container
     assert co._impl == b.connection._impl
     assert raw.pointer(lo) == r._impl and raw.pointer(b.connection) == b.connection._impl
+
+
+# -- counts for policy checks ------------------------------------------------------------------------
+
+def test_count_sessions_and_links(ab):
+    a, b, p = ab
+    assert raw.count_sessions(b.connection) == 1          # the session a began and b answered
+    _in_link(a, b, p, name="in1")
+    _in_link(a, b, p, name="in2")
+    _out_link(a, b, p, name="out1")
+    assert raw.count_links(b.connection, senders=False) == 2
+    assert raw.count_links(b.connection, senders=True) == 1
+    b.links["in1"].close()
+    pump(p)
+    assert raw.count_links(b.connection, senders=False) == 1
+
+
+def test_set_session_error(ab):
+    a, b, p = ab
+    ssn = raw.pointer(b.connection.session_head(0))
+    raw.set_session_error(ssn, "amqp:resource-limit-exceeded", "enough")
+    raw.lib.pn_session_close(ssn)   # (the object API's close() would replace the condition with its own)
+    pump(p)
+    assert a.session.remote_condition.name == "amqp:resource-limit-exceeded"
+    assert a.session.remote_condition.description == "enough"
