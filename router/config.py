@@ -79,12 +79,14 @@ class RouterConfig:
     ssl_profiles: list[Entity] = field(default_factory=list)
     flow_records: list[Entity] = field(default_factory=list)
     policies: list[Entity] = field(default_factory=list)  # at most one
+    vhosts: list[Entity] = field(default_factory=list)
 
     def entities(self) -> Iterator[Entity]:
         """Every entity, router first, then in the order of the lists above."""
         yield self.router
         for group in (self.listeners, self.connectors, self.addresses, self.link_routes,
-                      self.auto_links, self.logs, self.ssl_profiles, self.flow_records, self.policies):
+                      self.auto_links, self.logs, self.ssl_profiles, self.flow_records, self.policies,
+                      self.vhosts):
             yield from group
 
     def sections(self, kind: str) -> list[Entity]:
@@ -96,7 +98,7 @@ class RouterConfig:
 _LISTS = {
     "listener": "listeners", "connector": "connectors", "address": "addresses",
     "linkRoute": "link_routes", "autoLink": "auto_links", "log": "logs",
-    "sslProfile": "ssl_profiles", "flowRecords": "flow_records", "policy": "policies",
+    "sslProfile": "ssl_profiles", "flowRecords": "flow_records", "policy": "policies", "vhost": "vhosts",
 }
 
 # ---------------------------------------------------------------------------
@@ -115,6 +117,7 @@ class _RawSection:
     name: str
     line: int
     items: list = field(default_factory=list)   # (key, value, line)
+    nested_lines: dict = field(default_factory=dict)  # "groups.admin.users" -> line (block form)
 
 
 def _is_comment_or_blank(text: str) -> bool:
@@ -140,25 +143,86 @@ def _clean_value(raw: str, path: str, lineno: int, key: str) -> str:
     return value
 
 
-def _read_json_block(lines: list[str], start: int, first: str, path: str, key: str) -> tuple[Any, int]:
-    """Collect a JSON value starting with '{' on line index *start*; return (value, last index)."""
-    buf = [first]
+def _read_json_block(lines: list[str], start: int, first: str, path: str, key: str,
+                     key_lines: dict | None = None) -> tuple[Any, int]:
+    """Collect a map value starting with '{' on line index *start*; return (value, last index).
+
+    The value is JSON, or Dispatch's block form (a vhost's ``groups``): ``name: value`` lines and nested
+    ``name: {`` ... ``}`` blocks, values unquoted and a trailing comma ignored. For the block form,
+    *key_lines* gets each nested key's line (``admin.maxSenders`` -> line)."""
+    buf = [(start, first)]
     depth = first.count("{") - first.count("}")
     i = start
     while depth > 0:
         i += 1
         if i >= len(lines):
-            raise ConfigError(path, start + 1, f"unterminated JSON value for '{key}' opened here")
+            raise ConfigError(path, start + 1, f"unterminated value for '{key}' opened here")
         if _is_comment_or_blank(lines[i]):
             continue
-        buf.append(lines[i])
+        buf.append((i, lines[i]))
         depth += lines[i].count("{") - lines[i].count("}")
     try:
-        return json.loads("\n".join(buf)), i
+        return json.loads("\n".join(text for _, text in buf)), i
     except ValueError as e:
-        raise ConfigError(path, start + 1, f"'{key}' is not valid JSON: {e}") from None
+        json_error = e
     except RecursionError:  # json nests by recursion: a value a thousand levels deep ends the stack
         raise ConfigError(path, start + 1, f"'{key}' is nested too deeply") from None
+    if schema.camel_case(key) not in schema.BLOCK_ATTRIBUTES:
+        raise ConfigError(path, start + 1, f"'{key}' is not valid JSON: {json_error}")
+    return _block_map(buf, path, key, key_lines if key_lines is not None else {}), i
+
+
+# Dispatch's block form nests at most this deep under the attribute (vhost groups -> group -> settings).
+_MAX_BLOCK_DEPTH = 8
+
+
+def _block_map(buf: list, path: str, key: str, key_lines: dict) -> dict:
+    """Dispatch's block form (see _read_json_block) of the lines in *buf* [(index, text)] into a dict."""
+    root: dict = {}
+    stack: list[tuple[dict, str]] = [(root, "")]
+    first_index, first = buf[0]
+    rest = first.strip()[1:].strip()
+    items = ([(first_index, rest)] if rest else []) + buf[1:]
+    for index, text in items:
+        lineno = index + 1
+        s = _TRAILING_COMMENT.sub("", text).strip()
+        while s.startswith("}"):
+            if not stack:
+                raise ConfigError(path, lineno, f"'{key}': unexpected '}}'")
+            stack.pop()
+            s = s[1:].strip().lstrip(",").strip()
+        if not s:
+            continue
+        if not stack:
+            raise ConfigError(path, lineno, f"'{key}': unexpected {s!r} after the block's closing '}}'")
+        name, sep, value = s.partition(":")
+        name = name.strip().strip("'\"")
+        if not sep or not name:
+            raise ConfigError(path, lineno, f"'{key}': expected 'name: value' or 'name: {{', got {s!r}")
+        current, prefix = stack[-1]
+        if name in current:
+            raise ConfigError(path, lineno, f"'{key}': {prefix}{name} is given twice")
+        value = value.strip()
+        where = f"{prefix}{name}"
+        key_lines[where] = lineno
+        if value.startswith("{"):
+            inner = value[1:].strip()
+            current[name] = {}
+            if inner.rstrip(",").strip() == "}":
+                continue
+            if inner:
+                raise ConfigError(path, lineno, f"'{key}': put the settings of {where} on the lines after '{{'")
+            if len(stack) > _MAX_BLOCK_DEPTH:
+                raise ConfigError(path, lineno, f"'{key}' is nested too deeply")
+            stack.append((current[name], where + "."))
+            continue
+        value = value.rstrip(",").strip()
+        if value[:1] in ("'", '"') and value[-1:] == value[:1] and len(value) >= 2:
+            value = value[1:-1]
+        current[name] = value
+    if stack:
+        raise ConfigError(path, buf[0][0] + 1, f"'{key}': a block opened here is not closed")
+    return root
 
 
 # Lines end at \n, \r\n or \r only. str.splitlines() also breaks at \v, \f, \x1c-\x1e, \x85,
@@ -221,7 +285,9 @@ def _lex(text: str, path: str) -> list[_RawSection]:
                     raise ConfigError(path, lineno,
                                       f"{current.name}: '{key}' cannot open a block; "
                                       "nested sections are not allowed")
-                value, i = _read_json_block(lines, i, raw, path, key)
+                nested_lines: dict = {}
+                value, i = _read_json_block(lines, i, raw, path, key, nested_lines)
+                current.nested_lines.update({f"{schema.camel_case(key)}.{k}": v for k, v in nested_lines.items()})
             else:
                 value = _clean_value(raw, path, lineno, key)
             current.items.append((key, value, lineno))
@@ -270,7 +336,7 @@ def _random_id(mode: str) -> str:
 
 
 def _build(et: schema.EntityType, items: list, path: str, line: int,
-           label: str | None = None) -> Entity:
+           label: str | None = None, nested_lines: dict | None = None) -> Entity:
     """Convert and check *items* [(key, value, line)] of one section of type *et*."""
     label = label or et.name
     attrs: dict[str, Any] = {}
@@ -296,6 +362,7 @@ def _build(et: schema.EntityType, items: list, path: str, line: int,
             if a.required:
                 raise ConfigError(path, line, f"{label}: missing required attribute '{a.name}'")
             attrs[a.name] = a.default
+    lines.update(nested_lines or {})
     ent = Entity(et.name, attrs, path, line, lines)
     _RULES.get(et.name, lambda e, lbl: None)(ent, label)
     return ent
@@ -379,10 +446,23 @@ def _rules_log(ent: Entity, label: str) -> None:
         ent.attrs["name"] = f"log/{ent['module']}"
 
 
+def _rules_vhost(ent: Entity, label: str) -> None:
+    from router.policy import PolicyError, vhost_from_attrs
+
+    try:
+        vhost_from_attrs(ent.attrs)
+    except PolicyError as exc:
+        key = exc.key or ""
+        line = ent.attr_lines.get(key) or ent.attr_lines.get(key.split(".")[0]) or ent.line
+        raise ConfigError(ent.path, line, f"{label} {ent['hostname']!r}: {exc}") from None
+    if ent["name"] is None:
+        ent.attrs["name"] = ent["hostname"]
+
+
 _RULES = {
     "router": _rules_router, "listener": _rules_connection, "connector": _rules_connection,
     "address": _rules_address, "linkRoute": _rules_link_route, "autoLink": _rules_auto_link,
-    "log": _rules_log,
+    "log": _rules_log, "vhost": _rules_vhost,
 }
 
 
@@ -470,7 +550,8 @@ def parse_config(text: str, path: str = "<config>") -> RouterConfig:
     router = _build(schema.ENTITY_TYPES["router"], items, path, line)
     cfg = RouterConfig(path, router)
     for kind, attr in _LISTS.items():
-        ents = [_build(schema.ENTITY_TYPES[kind], s.items, path, s.line) for s in groups[kind]]
+        ents = [_build(schema.ENTITY_TYPES[kind], s.items, path, s.line, nested_lines=s.nested_lines)
+                for s in groups[kind]]
         _assign_names(ents, kind)
         setattr(cfg, attr, ents)
 
@@ -487,7 +568,28 @@ def parse_config(text: str, path: str = "<config>") -> RouterConfig:
     if len(cfg.policies) > 1:
         raise ConfigError(path, cfg.policies[1].line, "policy: only one policy section is allowed "
                           f"(the first is at line {cfg.policies[0].line})")
+    _check_vhosts(cfg)
     return cfg
+
+
+def _check_vhosts(cfg: RouterConfig) -> None:
+    """Vhosts act only under ``policy { enableVhostPolicy: true }``: one without it would be a policy
+    accepted and ignored, so it is refused; hostnames are unique."""
+    enabled = bool(cfg.policies and cfg.policies[0]["enableVhostPolicy"])
+    seen: dict[str, Entity] = {}
+    for e in cfg.vhosts:
+        if not enabled:
+            raise _err(e, None, f"vhost {e['hostname']!r} would not be enforced: vhost policies apply only with "
+                                "'policy { enableVhostPolicy: true }'; add that section or remove the vhost")
+        if e["hostname"] in seen:
+            raise _err(e, "hostname", f"vhost: hostname {e['hostname']!r} is already defined at line "
+                                      f"{seen[e['hostname']].line}")
+        seen[e["hostname"]] = e
+    if cfg.policies and not enabled:
+        p = cfg.policies[0]
+        for attr in ("enableVhostNamePatterns", "policyDir"):
+            if attr in p.attr_lines and p[attr]:
+                raise _err(p, attr, f"policy: {attr} would not be enforced without enableVhostPolicy: true")
 
 
 def load_config(path: str) -> RouterConfig:

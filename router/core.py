@@ -24,6 +24,7 @@ messages still arriving count in the router's budget and stalled ones are found 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import time
@@ -34,7 +35,7 @@ from wire import raw
 from wire.assembly import MessageAssembler
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from wire.memory import HeapTrimmer
-from wire.terminus import waypoint_ordinal
+from wire.terminus import FALLBACK_CAPABILITY, capabilities, waypoint_ordinal
 from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser, AddressTable
 from router.autolinks import AutoLinkManager
 from router.control import RouterControl
@@ -47,6 +48,9 @@ from router.linkroutes import LinkRouter, RoutedLink
 from router.links import InDelivery, RouterConnection, RouterLink
 from router.mesh import protocol as P
 from router.meshforward import DISTRIBUTION_HINT, MeshForwarding
+from router.policy import (MAX_LINKS_DEFAULT, POLICED_ROLES, RESOURCE_LIMIT_EXCEEDED as
+                           POLICY_LIMIT, SESSION_DISALLOWED, Denial, Policy)
+from router.policygate import PolicyGate
 
 log = logging.getLogger("router.core")
 
@@ -75,8 +79,11 @@ class Router(ConnectionHandler):
 
     def __init__(self, router_id: str, *, default_distribution: str = "balanced", address_entities=(),
                  auto_link_entities=(), link_route_entities=(), clock=None, mode: str = "standalone",
-                 mesh_timers: dict | None = None, flow_recorder=None, budget: BufferBudget | None = None):
+                 mesh_timers: dict | None = None, flow_recorder=None, budget: BufferBudget | None = None,
+                 policy: Policy | None = None):
         self.id = router_id
+        # Vhost policy (router/policy.py); while not enabled every connection may do anything.
+        self.policy = policy if policy is not None else Policy()
         self.mode = mode or "standalone"
         self.parser = AddressParser(router_id)
         self.address_config = AddressConfigTable(default_distribution)
@@ -242,6 +249,9 @@ class Router(ConnectionHandler):
         log.info("connection %d from %s opened (container %s, role %s)", engine.id, engine.remote_host,
                  engine.remote_container, engine.settings.role)
         engine.app.remote_open = True
+        if self.policy.enabled and engine.server and engine.settings.role in POLICED_ROLES \
+                and not self._admit(engine):
+            return
         if engine.settings.role == "inter-router":
             if self.mesh is None:
                 log.error("connection %d: inter-router connection refused: router mode is %s, not interior",
@@ -256,6 +266,57 @@ class Router(ConnectionHandler):
         self.auto_links.connection_opened(engine.app)
         if self.mesh is not None and self.link_router:
             self.link_router.refresh_advertised()
+
+    def _admit(self, engine) -> bool:
+        """Vhost policy for a connection that has just opened: approve it (and give it its group's
+        limits) or close it with the policy's condition."""
+        verdict = self.policy.open_connection(
+            hostname=engine.connection.remote_hostname, user=engine.user, remote=engine.remote_host,
+            listener_vhost=engine.settings.policy_vhost)
+        if isinstance(verdict, Denial):
+            engine.close(verdict.condition, verdict.description)
+            return False
+        rc: RouterConnection = engine.app
+        rc.policy = verdict
+        rc.gate = PolicyGate(self.forwarder, verdict)
+        group = verdict.group
+        # Our OPEN is written when output is next taken, so the group's frame size and channel-max
+        # (sessions) still make it into the frame (AMQP 1.0 §2.7.1).
+        t = engine.transport
+        t.max_frame_size = min(t.max_frame_size or group.maxFrameSize, group.maxFrameSize)
+        t.channel_max = min(t.channel_max, group.maxSessions - 1)
+        limits = [n for n in (engine.settings.max_message_size, verdict.max_message_size) if n]
+        if limits and min(limits) != engine.settings.max_message_size:
+            engine.settings = dataclasses.replace(engine.settings, max_message_size=min(limits))
+        return True
+
+    def session_refusal(self, engine, session) -> tuple[str, str] | None:
+        cp = engine.app.policy if engine.app is not None else None
+        if cp is None:
+            return None
+        if raw.count_sessions(engine.connection) >= cp.group.maxSessions:
+            cp.session_refused()
+            return POLICY_LIMIT, f"{SESSION_DISALLOWED}: maxSessions {cp.group.maxSessions} reached"
+        raw.lib.pn_session_set_incoming_capacity(session, cp.group.maxSessionWindow)
+        return None
+
+    def _policy_refuses(self, engine, link, lo, cp) -> bool:
+        """Refuse (and return True) an attach the connection's vhost policy does not allow."""
+        client_sends = not lo.is_sender
+        terminus = lo.remote_target if client_sends else lo.remote_source
+        limit = cp.group.maxSenders if client_sends else cp.group.maxReceivers
+        # Counted only under a limit: walking the connection's links is then worth it.
+        open_links = raw.count_links(engine.connection, senders=lo.is_sender) if limit < MAX_LINKS_DEFAULT else 0
+        caps = capabilities(terminus.capabilities)
+        refusal = cp.link_refusal(
+            client_sends=client_sends, address=terminus.address or None, dynamic=terminus.dynamic,
+            waypoint=waypoint_ordinal(terminus) is not None, fallback=FALLBACK_CAPABILITY in caps,
+            open_links=open_links)
+        if refusal is None:
+            return False
+        engine.refuse_link(link, *refusal)
+        engine.wake()
+        return True
 
     # -- links the router attaches itself (auto-links) --------------------------------------------
     def register_auto_link(self, rc: RouterConnection, link, auto_link) -> RouterLink:
@@ -298,6 +359,8 @@ class Router(ConnectionHandler):
         capacity = engine.settings.link_capacity
         if rc.mesh is not None and self.inter_router.link_open(engine, link, lo):
             engine.wake()
+            return
+        if rc.policy is not None and self._policy_refuses(engine, link, lo, rc.policy):
             return
         if self.link_router:
             node = lo.remote_source if lo.is_sender else lo.remote_target
@@ -342,7 +405,7 @@ class Router(ConnectionHandler):
                     engine.refuse_link(link, "amqp:not-found", "Node not found")
                     return
             engine.open_link_like_remote(link)
-            rl = RouterLink(link, rc, True, addr, capacity, lo.name, self.forwarder)
+            rl = RouterLink(link, rc, True, addr, capacity, lo.name, rc.gate or self.forwarder)
             self._own(rc, rl)
             if addr is not None:
                 addr.inlinks.add(rl)
@@ -386,6 +449,8 @@ class Router(ConnectionHandler):
         if self.edge is not None:
             self.edge.connection_closed(rc)
         self.connections.discard(rc)
+        if rc.policy is not None:
+            rc.policy.release()
         self.auto_links.connection_closed(rc)
         if self.link_router.links:
             self.link_router.connection_closed(rc)

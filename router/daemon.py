@@ -27,6 +27,8 @@ from router.core import Router
 from router.flowhooks import recorder_from_config
 from router.logsetup import configure_logging
 from router.management import ManagementAgent
+from router.policy import Policy
+from router.policyfiles import check_listener_vhosts, policy_from_config
 from router.services import ServiceManager
 from wire.driver import ConnectionLimit, shut_down_on_signal
 from wire.management import MANAGEMENT_ADDRESS
@@ -55,6 +57,7 @@ def _settings(router: Router, entity, *, server: bool, security: RouterSecurity 
         max_message_size=int(a.get("maxMessageSize") or 0),
         cost=int(a.get("cost") or 1),
         strip_annotations=a.get("stripAnnotations") or "both",
+        policy_vhost=a.get("policyVhost") if server else None,
         sasl_username=None if server else a.get("saslUsername"),
         sasl_password=None if server else resolve_secret(a.get("saslPassword")),
         **sec,
@@ -141,8 +144,10 @@ def buffer_budget(router_entity) -> BufferBudget:
         stalled_delivery_timeout=float(get("stalledDeliveryTimeoutSeconds", DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS)))
 
 
-async def run_router(cfg: RouterConfig, security: RouterSecurity | None = None, *,
-                     task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def run_router(cfg: RouterConfig, security: RouterSecurity | None = None, policy: Policy | None = None,
+                     *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    if policy is None:
+        policy = policy_from_config(cfg)
     router = Router(
         cfg.router["id"],
         default_distribution=cfg.router.get("defaultDistribution") or "balanced",
@@ -154,6 +159,7 @@ async def run_router(cfg: RouterConfig, security: RouterSecurity | None = None, 
         mesh_timers=mesh_timers(cfg.router),
         flow_recorder=recorder_from_config(cfg, cfg.router["id"]),
         budget=buffer_budget(cfg.router),
+        policy=policy,
     )
     # The signal handler is installed before anything is announced, so a SIGTERM that follows the
     # ready line always means a graceful shutdown.
@@ -213,13 +219,15 @@ def main(config_path: str) -> None:
     try:
         cfg = load_config(config_path)
         security = check_config(cfg)
+        policy = policy_from_config(cfg)
+        check_listener_vhosts(cfg, policy)
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
     configure_logging(cfg.logs)
     warn_pending_features(cfg)
     try:
-        trio.run(run_router, cfg, security)
+        trio.run(run_router, cfg, security, policy)
     except SystemExit as exc:
         if isinstance(exc.code, str):
             click.echo(exc.code, err=True)

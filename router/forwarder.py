@@ -195,6 +195,18 @@ class Forwarder:
             return
         self.forward(ind, addr)
 
+    def refuse_arrival(self, rl: RouterLink, d, msg: bytes, condition: str, description: str) -> None:
+        """A message the link's gate (router/policygate.py) refused as it arrived: counted like any arrival
+        on ``rl``, then rejected with ``condition`` (or dropped and counted when it came pre-settled)."""
+        presettled = _delivery_settled(d)
+        if presettled:
+            _delivery_settle(d)
+            rl.presettled += 1
+        ind = InDelivery(None if presettled else d, rl, msg)
+        rl.delivery_count += 1
+        rl.outstanding += 1
+        self.reject(ind, condition, description)
+
     def forward(self, ind: InDelivery, addr) -> None:
         if addr.remote or addr.handler is not None:
             # Other routers or a router-internal endpoint take this address (router/meshforward.py).

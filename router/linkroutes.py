@@ -24,7 +24,8 @@ import proton
 
 from router.patterns import PatternTable
 from wire import raw
-from wire.assembly import KEEP
+from wire.assembly import KEEP, MESSAGE_SIZE_EXCEEDED
+from router.policy import UNAUTHORIZED_ACCESS
 
 log = logging.getLogger("router.linkroutes")
 
@@ -100,7 +101,7 @@ class RoutedLink:
     ``incoming`` and ``max_message_size``)."""
 
     __slots__ = ("ptr", "rc", "peer", "route", "deliveries", "receiving", "open", "owner", "incoming",
-                 "max_message_size")
+                 "max_message_size", "gate")
 
     def __init__(self, ptr, rc, route: LinkRoute, receiving: bool, owner: "LinkRouter"):
         self.ptr = ptr
@@ -108,6 +109,9 @@ class RoutedLink:
         self.owner = owner
         self.incoming = receiving
         self.max_message_size = 0  # the container behind the route enforces its own limit
+        # A policed client's side (router/policygate.py): its messages are checked; its policy's message
+        # size limit is max_message_size.
+        self.gate = None
         self.peer: RoutedLink | None = None
         self.route = route
         self.deliveries: dict = {}  # delivery pointer on this link -> partner delivery pointer
@@ -196,6 +200,10 @@ class LinkRouter:
         out.rcv_settle_mode = lo.remote_rcv_settle_mode
         out.open()
         client_side = RoutedLink(link, engine.app, route, not lo.is_sender, self)
+        gate = engine.app.gate
+        if gate is not None and client_side.receiving:
+            client_side.gate = gate
+            client_side.max_message_size = gate.policy.max_message_size
         out_ptr = raw.pointer(out)
         container_side = RoutedLink(out_ptr, container, route, lo.is_sender, self)
         client_side.peer, container_side.peer = container_side, client_side
@@ -287,6 +295,17 @@ class LinkRouter:
             raw.set_modified(d, failed=True)
             raw.delivery_settle(d)
             return
+        gate = side.gate
+        if gate is not None:
+            why = gate.refusal(msg, False)
+            if why is not None:
+                gate.policy.message_denied()
+                if not raw.delivery_settled(d):
+                    raw.set_rejected(d, UNAUTHORIZED_ACCESS, why)
+                raw.delivery_settle(d)
+                self._sync_credit(side)
+                side.rc.engine.wake()
+                return
         out = raw.send_message(peer.ptr, raw.delivery_tag(d), msg)
         if raw.delivery_settled(d):
             raw.delivery_settle(out)
@@ -320,7 +339,16 @@ class LinkRouter:
         self._sync_credit(side)
 
     def on_oversized(self, engine, side: RoutedLink, d, limit: int) -> None:
-        """Not reached: routed links have no size limit here."""
+        """A policed client sent a message over its policy's size (the engine rejected it and closes
+        this side): the pair is undone and the container's side detached with the same condition."""
+        if side.gate is not None:
+            side.gate.policy.oversized()
+        self.links.pop(side.ptr, None)
+        peer = side.peer
+        if peer is not None:
+            self.links.pop(peer.ptr, None)
+            peer.peer = None
+            self._close(peer, MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
 
     def _sync_credit(self, side: RoutedLink) -> None:
         """Credit flows from the final receiver to the original sender; drain goes the same way and the

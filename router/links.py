@@ -16,7 +16,7 @@ class RouterConnection:
     """The router's view of one AMQP connection."""
 
     __slots__ = ("engine", "links", "role", "opened_at", "name", "mesh", "last_delivery_at", "remote_open",
-                 "held", "out_unsettled", "paused")
+                 "held", "out_unsettled", "paused", "policy", "gate")
 
     def __init__(self, engine, role: str, name: str, opened_at: float):
         self.engine = engine
@@ -34,6 +34,10 @@ class RouterConnection:
         self.held = 0
         self.out_unsettled = 0
         self.paused = 0  # router/budget.py: 0, or why reading is paused
+        # Vhost policy (router/policy.py): what this connection may do, and the owner of its incoming
+        # links that checks their messages (router/policygate.py); None where no policy applies.
+        self.policy = None
+        self.gate = None
 
 
 class RouterLink:

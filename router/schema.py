@@ -77,7 +77,7 @@ class Attr:
     """One attribute of a configuration entity."""
 
     name: str
-    type: str                 # string|path|integer|float|boolean|enum|port|properties|logEnable
+    type: str                 # string|path|integer|float|boolean|enum|port|properties|map|logEnable
     default: Any = None
     required: bool = False
     enum: tuple[str, ...] = ()
@@ -188,6 +188,19 @@ class Attr:
                 raise ValueError(f"{self.name} key {key!r} uses a reserved prefix ({prefixes})")
             if key in RESERVED_OPEN_PROPERTIES:
                 raise ValueError(f"{self.name} key {key!r} is reserved for the router")
+        return dict(value)
+
+    def _to_map(self, value: Any) -> dict:
+        """A map whose keys are strings (a vhost's groups): JSON text or a dict."""
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as e:
+                raise ValueError(f"{self.name} is not valid JSON: {e}") from None
+            except RecursionError:
+                raise ValueError(f"{self.name} is nested too deeply") from None
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ValueError(f"{self.name} must be a map with string keys")
         return dict(value)
 
     def _to_logenable(self, value: Any) -> str:
@@ -326,7 +339,10 @@ def _connection_attrs(kind: str) -> list[Attr]:
                  "amqp:link:message-size-exceeded and its link detached with that condition."),
         Attr("messageLoggingComponents", "string", "none", legacy=("logMessage",), status=PENDING,
              doc="Message fields to log: 'none', 'all' or a comma list."),
-        Attr("policyVhost", "string", status=REFUSED, doc="Policy vhost for this connection."),
+        Attr("policyVhost", "string", status=ACTIVE if kind == "listener" else REFUSED,
+             doc="Vhost policy for this listener's connections, whatever hostname their OPEN names."
+             if kind == "listener" else "Policy vhost for this connection (outgoing connections are not "
+             "policed: refused)."),
         Attr("openProperties", "properties", status=PENDING, doc="JSON map sent as OPEN properties."),
     ]
 
@@ -462,18 +478,34 @@ _POLICY = _entity("policy", "policy", [
     Attr("maxConnections", "integer", DEFAULT_MAX_CONNECTIONS, min=0,
          doc="Most connections accepted by all listeners together (0 = no limit); one more is answered "
              "with amqp:resource-limit-exceeded and closed."),
-    Attr("enableVhostPolicy", "boolean", False, status=REFUSED, doc="Apply vhost policies to connections."),
-    Attr("enableVhostNamePatterns", "boolean", False, status=REFUSED, doc="Allow wildcard vhost names."),
-    Attr("policyDir", "path", status=REFUSED, doc="Directory of JSON vhost policy files."),
-    Attr("defaultVhost", "string", "$default", status=REFUSED,
-         doc="Vhost applied to connections whose hostname matches no vhost."),
-], doc="Router-wide connection limits (Dispatch's global policy). Vhost policies are not supported: their "
-       "attributes are refused.")
+    Attr("maxMessageSize", "integer", 0, min=0,
+         doc="Largest message (bytes) of a policed connection whose vhost and group set none (0 = no limit)."),
+    Attr("enableVhostPolicy", "boolean", False,
+         doc="Apply vhost policies to connections of normal and route-container listeners."),
+    Attr("enableVhostNamePatterns", "boolean", False,
+         doc="Vhost hostnames may be patterns ('*' one word, '#' any number; dot-separated)."),
+    Attr("policyDir", "path", doc="Directory of JSON vhost policy files (*.json) read at start-up."),
+    Attr("defaultVhost", "string", "$default",
+         doc="Vhost applied to connections whose hostname matches no vhost ('' = none: refuse them)."),
+], doc="Router-wide connection limits and vhost policy (router/policy.py).")
+
+_VHOST = _entity("vhost", "vhost", [
+    _name("Unique name of this entity; the hostname when absent."),
+    Attr("hostname", "string", required=True, legacy=("id",),
+         doc="The AMQP OPEN hostname this vhost applies to (a pattern with enableVhostNamePatterns), or "
+             "the policy's defaultVhost."),
+    Attr("maxConnections", "integer", 65535, min=0, doc="Most connections to this vhost."),
+    Attr("maxMessageSize", "integer", 0, min=0, doc="Largest message (bytes) for groups that set none."),
+    Attr("maxConnectionsPerUser", "integer", 65535, min=0, doc="Most connections of one user."),
+    Attr("maxConnectionsPerHost", "integer", 65535, min=0, doc="Most connections from one remote host."),
+    Attr("allowUnknownUser", "boolean", False, doc="Users in no group get the $default group."),
+    Attr("groups", "map", {}, doc="Group name -> settings (users, remoteHosts, sources, targets, limits)."),
+], doc="A vhost policy: connection limits and user groups (router/policy.py).")
 
 #: canonical section name -> entity type, in the order sections are documented
 ENTITY_TYPES: dict[str, EntityType] = {
     e.name: e for e in (_ROUTER, _LISTENER, _CONNECTOR, _ADDRESS, _LINK_ROUTE, _AUTO_LINK,
-                        _LOG, _FLOW_RECORDS, _SSL_PROFILE, _POLICY)
+                        _LOG, _FLOW_RECORDS, _SSL_PROFILE, _POLICY, _VHOST)
 }
 
 #: other spellings of section / entity type names -> canonical name
@@ -497,7 +529,10 @@ UNSUPPORTED_SECTIONS = (
 SECRET_ATTRIBUTES = frozenset(a.name for e in ENTITY_TYPES.values() for a in e if a.secret)
 
 #: attributes whose value may be a multi-line JSON block in the config file
-JSON_ATTRIBUTES = frozenset(a.name for e in ENTITY_TYPES.values() for a in e if a.type == "properties")
+JSON_ATTRIBUTES = frozenset(a.name for e in ENTITY_TYPES.values() for a in e if a.type in ("properties", "map"))
+
+#: map attributes that may also be written in Dispatch's block form (``name: value`` lines, nested blocks)
+BLOCK_ATTRIBUTES = frozenset(a.name for e in ENTITY_TYPES.values() for a in e if a.type == "map")
 
 
 def entity_type(name: str) -> EntityType | None:
@@ -521,9 +556,6 @@ def entity_type(name: str) -> EntityType | None:
 
 _NO_UID = ("user ids from certificate fields are not implemented (a client certificate authenticates as its "
            "subject through SASL EXTERNAL)", "remove it")
-_NO_VHOSTS = ("vhost policies are not implemented yet, so none of their limits or permissions would apply",
-              "remove it; the policy section's maxConnections is enforced")
-
 #: (section, attribute) -> (why it is refused, what to do instead). Refused unless absent or "off" (see
 #: :func:`unenforced`). A legacy spelling (trustedCerts, displayNameFile) is refused alike.
 UNENFORCED: dict[tuple[str, str], tuple[str, str]] = {
@@ -533,19 +565,14 @@ UNENFORCED: dict[tuple[str, str], tuple[str, str]] = {
                                  "remove it; use router saslConfigDir with a users file"),
     ("sslProfile", "uidFormat"): _NO_UID,
     ("sslProfile", "uidNameMappingFile"): _NO_UID,
-    ("listener", "policyVhost"): _NO_VHOSTS,
     ("listener", "multiTenant"): ("per-vhost address prefixes are not implemented yet, so tenants would share "
                                   "one address space", "set multiTenant: no and run one router per tenant"),
-    ("connector", "policyVhost"): _NO_VHOSTS,
-    ("policy", "enableVhostPolicy"): _NO_VHOSTS,
-    ("policy", "enableVhostNamePatterns"): _NO_VHOSTS,
-    ("policy", "policyDir"): _NO_VHOSTS,
-    ("policy", "defaultVhost"): _NO_VHOSTS,
+    ("connector", "policyVhost"): ("vhost policy applies to connections the router accepts, not to those it "
+                                   "makes", "remove it"),
 }
 
 #: Dispatch sections about security that tdrouterd does not enforce yet: refused wherever they appear.
 UNENFORCED_SECTIONS: dict[str, tuple[str, str]] = {
-    "vhost": _NO_VHOSTS,
     "authServicePlugin": ("authentication services are not implemented yet", "remove the section"),
 }
 

@@ -12,7 +12,8 @@ configuration, link routes, auto-links, closing links and connections), and the 
 (listeners, connectors). The request plumbing (paging, attribute names, entity keys) is the one every
 agent shares, in wire/management.py.
 
-Anyone who can send to ``$management`` can change the router: there is no access policy yet.
+Who may send to ``$management`` is decided like for any address: by the listener's authentication and,
+with vhost policy (router/policy.py), by the user's group's targets and sources.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from router import schema
 from router.management.base import EntityAdapter, TYPE_PREFIX
 from router.management.configentities import config_adapters
 from router.management.entities import operational_adapters
+from router.management.policyentities import policy_adapters
 
 log = logging.getLogger("router.agent")
 
@@ -61,7 +63,7 @@ class ManagementAgent:
         self.clock = clock or router.clock
         self.started_at = self.clock()
         self.adapters: dict[str, EntityAdapter] = {}
-        for adapter in (*operational_adapters(self), *config_adapters(self)):
+        for adapter in (*operational_adapters(self), *config_adapters(self), *policy_adapters(self)):
             self.adapters[adapter.type] = adapter
 
     # -- entry point --------------------------------------------------------------------------------
@@ -131,7 +133,7 @@ class ManagementAgent:
         return wm.OK, dict(row)
 
     def _create(self, req: wm.Request) -> tuple[int, Any]:
-        # A security entity that is not enforced yet (sslProfile, vhost, authServicePlugin) is refused with
+        # A security entity that is not enforced yet (authServicePlugin) is refused with
         # its reason, as the configuration file refuses it, not as an unknown type.
         refusal = schema.unenforced_section((req.type or "").removeprefix(schema.SCHEMA_PREFIX))
         if refusal is not None:

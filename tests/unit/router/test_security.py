@@ -165,6 +165,13 @@ def test_conf_secure_example_loads_once_its_certificates_and_users_are_made(tmp_
     monkeypatch.chdir(tmp_path)   # relative paths are relative to the working directory, as in Dispatch
     cfg = load_config("conf/secure/router.conf")
     security = check_config(cfg)
+    from router.policyfiles import check_listener_vhosts, policy_from_config
+
+    policy = policy_from_config(cfg)
+    check_listener_vhosts(cfg, policy)
+    assert policy.enabled and set(policy.vhosts) == {"$default", "local-admin"}
+    apps = policy.vhosts["$default"].groups["apps"]
+    assert apps.targets and "$management" not in apps.targets and "*" not in apps.targets
     for listener in cfg.listeners:
         settings, tls = _settings(Router("R"), listener, server=True, security=security)
         if "ANONYMOUS" in settings.sasl_mechanisms.split():
