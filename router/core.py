@@ -249,9 +249,12 @@ class Router(ConnectionHandler):
         log.info("connection %d from %s opened (container %s, role %s)", engine.id, engine.remote_host,
                  engine.remote_container, engine.settings.role)
         engine.app.remote_open = True
-        if self.policy.enabled and engine.server and engine.settings.role in POLICED_ROLES \
-                and not self._admit(engine):
-            return
+        if self.policy.enabled and engine.server:
+            if engine.settings.role in POLICED_ROLES:
+                if not self._admit(engine):
+                    return
+            elif engine.settings.policy_vhost and not self._admit_router(engine):
+                return
         if engine.settings.role == "inter-router":
             if self.mesh is None:
                 log.error("connection %d: inter-router connection refused: router mode is %s, not interior",
@@ -288,6 +291,22 @@ class Router(ConnectionHandler):
         limits = [n for n in (engine.settings.max_message_size, verdict.max_message_size) if n]
         if limits and min(limits) != engine.settings.max_message_size:
             engine.settings = dataclasses.replace(engine.settings, max_message_size=min(limits))
+        return True
+
+    def _admit_router(self, engine) -> bool:
+        """An inter-router or edge listener with a policyVhost (a tdrouterd extension): only the users,
+        remote hosts and connection counts its vhost allows may join the mesh. The links of router
+        protocol are not policed."""
+        verdict = self.policy.open_connection(
+            hostname=engine.connection.remote_hostname, user=engine.user, remote=engine.remote_host,
+            listener_vhost=engine.settings.policy_vhost)
+        if isinstance(verdict, Denial):
+            log.warning("connection %d from %s: %s connection refused: %s (listener %s, policyVhost %s)",
+                        engine.id, engine.remote_host, engine.settings.role, verdict.reason,
+                        engine.settings.name, engine.settings.policy_vhost)
+            engine.close(verdict.condition, verdict.description)
+            return False
+        engine.app.admission = verdict
         return True
 
     def session_refusal(self, engine, session) -> tuple[str, str] | None:
@@ -449,8 +468,9 @@ class Router(ConnectionHandler):
         if self.edge is not None:
             self.edge.connection_closed(rc)
         self.connections.discard(rc)
-        if rc.policy is not None:
-            rc.policy.release()
+        for admitted in (rc.policy, rc.admission):
+            if admitted is not None:
+                admitted.release()
         self.auto_links.connection_closed(rc)
         if self.link_router.links:
             self.link_router.connection_closed(rc)

@@ -16,7 +16,7 @@ class RouterConnection:
     """The router's view of one AMQP connection."""
 
     __slots__ = ("engine", "links", "role", "opened_at", "name", "mesh", "last_delivery_at", "remote_open",
-                 "held", "out_unsettled", "paused", "policy", "gate")
+                 "held", "out_unsettled", "paused", "policy", "gate", "admission")
 
     def __init__(self, engine, role: str, name: str, opened_at: float):
         self.engine = engine
@@ -38,6 +38,9 @@ class RouterConnection:
         # links that checks their messages (router/policygate.py); None where no policy applies.
         self.policy = None
         self.gate = None
+        # An inter-router or edge connection admitted by its listener's policyVhost (who may join the
+        # mesh); it counts against that vhost until it closes.
+        self.admission = None
 
 
 class RouterLink:

@@ -10,7 +10,8 @@ Sans-IO: :class:`Policy` is fed connection opens, link attaches and messages by 
   with ``enableVhostNamePatterns`` by address-style patterns: ``*`` one dot-separated word, ``#`` any
   number), else ``defaultVhost`` (``$default``) when that vhost exists. No vhost: the connection is refused.
   Inter-router and edge connections are router protocol, secured by the listener (TLS, authenticatePeer),
-  not by vhosts.
+  not by vhosts -- except that such a listener may name a ``policyVhost`` (a tdrouterd extension): then
+  only the users, remote hosts and connection counts that vhost allows may join the mesh through it.
 * The vhost caps its connections (``maxConnections``, ``maxConnectionsPerUser``,
   ``maxConnectionsPerHost``). The user (the SASL login; ``anonymous`` for ANONYMOUS) must be in one of its
   ``groups``, or the vhost must ``allowUnknownUser``, and then gets the ``$default`` group. The group's

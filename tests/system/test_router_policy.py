@@ -223,3 +223,51 @@ def test_vhost_created_through_management_applies_to_new_connections(router_fact
     while stats(router)["$default"]["connectionsApproved"] < 1:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+ROUTERS_VHOST = """
+vhost {
+    hostname: routers
+    groups: {
+        mesh: {
+            users: admin
+            remoteHosts: 127.0.0.1
+        }
+    }
+}
+"""
+
+
+def inter_router_connector(port: int, user: str) -> str:
+    return (f"connector {{\n    name: to-a\n    host: 127.0.0.1\n    port: {port}\n    role: inter-router\n"
+            f"    saslMechanisms: SCRAM-SHA-256\n    saslUsername: {user}\n    saslPassword: pass:{PASSWORDS[user]}\n"
+            "    retryDelaySeconds: 0.2\n    retryMaxDelaySeconds: 0.5\n}\n")
+
+
+def test_an_inter_router_listener_takes_only_the_identities_its_policy_vhost_names(router_factory, sasl_dir):
+    """A user with a good password but not a router's identity cannot join the mesh (tdrouterd's
+    policyVhost on an inter-router listener)."""
+    sections = ("listener {\n    name: inter-router\n    host: 127.0.0.1\n    port: 0\n    role: inter-router\n"
+                "    authenticatePeer: yes\n    saslMechanisms: SCRAM-SHA-256\n    policyVhost: routers\n}\n"
+                "policy {\n    enableVhostPolicy: true\n}\n" + LOCAL_VHOST + ROUTERS_VHOST)
+    a = router_factory(sections, router_id="Router.A", mode="interior", router_extra=f"saslConfigDir: {sasl_dir}",
+                       listener_extra="policyVhost: local")
+    port = a.ports["inter-router"]
+    rogue = router_factory(inter_router_connector(port, "alice"), router_id="Router.C", mode="interior")
+    deadline = time.monotonic() + TIMEOUT
+    while a.stderr_text().count("inter-router connection refused") < 2:
+        assert time.monotonic() < deadline, a.stderr_text()
+        time.sleep(0.05)
+    assert "user is in no group" in a.stderr_text()
+    b = router_factory(inter_router_connector(port, "admin"), router_id="Router.B", mode="interior")
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        with ManagementClient(f"127.0.0.1:{a.ports['amqp']}", timeout=TIMEOUT) as client:
+            rows = client.query("org.apache.qpid.dispatch.connection", ["role", "user", "container"])
+        routers = [r for r in rows if r["role"] == "inter-router"]
+        if routers:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert [(r["user"], r["container"]) for r in routers] == [("admin", "Router.B")]
+    assert rogue.proc.poll() is None and b.proc.poll() is None
