@@ -216,6 +216,12 @@ class Broker(ConnectionHandler):
         if not address:
             engine.refuse_link(link, "amqp:not-implemented", "tdbroker needs a named node (no anonymous relay)")
             return
+        if lo.is_sender and terminus.distribution_mode == proton.Terminus.DIST_MODE_COPY:
+            # A browser (AMQP 1.0 3.5.3 distribution-mode copy; qpid-jms QueueBrowser) served as a consumer
+            # would take the messages it means to look at: refused until browsing exists.
+            engine.refuse_link(link, "amqp:not-implemented",
+                               "queue browsers (distribution-mode copy) are not supported by tdbroker yet")
+            return
         if address == MANAGEMENT_ADDRESS and not lo.is_sender:
             if self._denied(engine, link, "manage", address):
                 return

@@ -545,3 +545,21 @@ def test_an_aborted_multi_frame_delivery_leaves_nothing_and_the_link_goes_on(har
     after = p.send(snd, Message(body="next"))
     harness.pump()
     assert outcome(after)["state"] == "accepted" and b.queues["orders"].message_count == 1
+
+
+def test_a_browser_is_refused_rather_than_served_as_a_consumer(harness):
+    """distribution-mode copy (a JMS QueueBrowser) must not take the messages it wants to look at."""
+    b = harness.router
+    c = harness.connect()
+    snd = c.sender("q")
+    harness.pump()
+    c.send(snd, body="keep me")
+    harness.pump()
+    browser = c.session.receiver("browser")
+    browser.source.address = "q"
+    browser.source.distribution_mode = proton.Terminus.DIST_MODE_COPY
+    browser.open()
+    browser.flow(5)
+    harness.pump()
+    assert browser.remote_condition is not None and browser.remote_condition.name == "amqp:not-implemented"
+    assert [q["messageCount"] for q in b.mgmt_queues() if q["name"] == "q"] == [1]
