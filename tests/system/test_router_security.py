@@ -8,6 +8,7 @@ trustme and the users file by wire.users: no key or password is committed.
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import pytest
@@ -46,6 +47,12 @@ def pki(tmp_path):
         cert = issuer.issue_cert(f"{label}.example", common_name=f"{label}.example")
         write(f"{label}.pem", cert.cert_chain_pems[0])
         write(f"{label}.key", cert.private_key_pem)
+    # Signed by the right CA, but its validity ended yesterday.
+    now = datetime.datetime.now(datetime.timezone.utc)
+    expired = ca.issue_cert("expired.example", common_name="expired.example",
+                            not_before=now - datetime.timedelta(days=30), not_after=now - datetime.timedelta(days=1))
+    write("expired.pem", expired.cert_chain_pems[0])
+    write("expired.key", expired.private_key_pem)
     users = Users()
     users.set_password(USER, PASSWORD)
     users.set_password(ROUTER_USER, ROUTER_PASSWORD)
@@ -136,12 +143,17 @@ def test_plaintext_to_a_require_ssl_listener_is_refused(router_factory, pki):
     wait_for(lambda: "plaintext on a listener that requires TLS" in router.stderr_text(), "the refusal logged")
 
 
-@pytest.mark.parametrize("cert", ["stranger", None])
-def test_untrusted_or_missing_client_certificate_is_refused(router_factory, pki, cert):
+@pytest.mark.parametrize("cert", ["stranger", None, "expired"])
+def test_untrusted_missing_or_expired_client_certificate_is_refused(router_factory, pki, cert):
     router = secure_router(router_factory, pki, AUTH_LISTENER)
     refused(f"amqps://localhost:{router.ports['secure']}", ssl_domain=client_domain(pki, cert),
             allowed_mechs="PLAIN", user=USER, password=PASSWORD)
     wait_for(lambda: "TLS handshake failed" in router.stderr_text(), "the failed handshake logged")
+    if cert == "expired":
+        assert "certificate has expired" in router.stderr_text()
+    # the same login with the good certificate goes through
+    connect(f"amqps://localhost:{router.ports['secure']}", ssl_domain=client_domain(pki, "client"),
+            allowed_mechs="PLAIN", user=USER, password=PASSWORD).close()
 
 
 def test_tls_listener_without_require_ssl_takes_tls_and_plaintext(router_factory, pki):
