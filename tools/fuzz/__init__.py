@@ -11,7 +11,9 @@ Targets (``python -m tools.fuzz --list``), each run against the real code in thi
 * ``config-router``, ``config-broker`` — mutated qdrouterd.conf and broker.xml text into the parsers;
 * ``sasl-server`` — mutated client SASL streams into the server-side SASL layer with a users file;
 * ``sasl-files``, ``broker-properties`` — mutated users files, Cyrus SASL configuration files and
-  artemis-users/roles.properties into their parsers (issue 12, :mod:`tools.fuzz.targets_security`).
+  artemis-users/roles.properties into their parsers;
+* ``tls-handshake`` — mutated ClientHellos and client handshake flights into a TLS listener's handshake
+  (issue 12, :mod:`tools.fuzz.targets_security`).
 
 Each target states its properties in its module docstring (:mod:`tools.fuzz.targets_amqp`,
 :mod:`tools.fuzz.targets_misc`, :mod:`tools.fuzz.targets_security`). The engine is atheris (libFuzzer,
@@ -47,6 +49,7 @@ TARGETS = {
     "sasl-server": "tools.fuzz.targets_security:SASL_SERVER",
     "sasl-files": "tools.fuzz.targets_security:SASL_FILES",
     "broker-properties": "tools.fuzz.targets_security:BROKER_PROPERTIES",
+    "tls-handshake": "tools.fuzz.targets_security:TLS_HANDSHAKE",
 }
 
 

@@ -65,9 +65,17 @@ SECURITY_FILES = [s.encode() for s in (
     "pwcheck_method: auxprop", "auxprop_plugin: sasldb", "fuzz.users", "sasldb2", "alice", "#", "!", "\\",
     "AAAA", "\x00", "\x0b", "\x1c", "\x85", "\u2028", "\r", "\n", ",")]
 
+# TLS (RFC 8446 §4, §5.1): record headers, versions, handshake types and extension numbers (§4.2).
+TLS = [b"\x16\x03\x01", b"\x16\x03\x03", b"\x14\x03\x03\x00\x01\x01", b"\x15\x03\x03\x00\x02",
+       b"\x17\x03\x03", b"\x03\x04", b"\x03\x03", b"\x03\x00", b"\x01\x00", b"\x0b\x00", b"\x0f\x00",
+       b"\x14\x00", b"\x00\x00", b"\x00\x0a", b"\x00\x0d", b"\x00\x10", b"\x00\x29", b"\x00\x2a", b"\x00\x2b",
+       b"\x00\x2d", b"\x00\x33", b"\x00\x1d", b"\x00\x17", b"\x13\x01", b"\x13\x02", b"\xc0\x2f", b"\xff\xff",
+       b"amqp", b"localhost"]
+
 _BY_TARGET = {"frames": AMQP, "messages": AMQP, "mgmt": MANAGEMENT + AMQP[:20], "mesh": MESH,
               "config-router": ROUTER_CONFIG, "config-broker": BROKER_CONFIG,
-              "sasl-server": SASL, "sasl-files": SECURITY_FILES, "broker-properties": SECURITY_FILES}
+              "sasl-server": SASL, "sasl-files": SECURITY_FILES, "broker-properties": SECURITY_FILES,
+              "tls-handshake": TLS}
 
 
 def tokens_for(target: str) -> list[bytes]:

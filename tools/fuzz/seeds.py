@@ -355,3 +355,44 @@ def broker_properties() -> list[bytes]:
     out.append(f"# users\nadmin = secret\n! comment\nguest: guest\n{hashed[0]} = ENC({hashed[1]})\n".encode()
                + b"\n\0\n" + b"amq = admin\nviewers = guest, bob, nobody\n")
     return out
+
+
+def tls_client_flights(directory: str) -> list[bytes]:
+    """What real TLS clients (Python's ssl, OpenSSL) send a listener: the ClientHello of TLS 1.3 and of
+    TLS 1.2, and every byte of complete handshakes with and without a client certificate, recorded
+    against the target's own server context (targets_security.TlsHandshakeTarget)."""
+    import ssl
+
+    from tools.fuzz.targets_security import _tls_contexts, _tls_files
+
+    paths = _tls_files(directory)
+    out = []
+    for version in (ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2):
+        for server_ctx in _tls_contexts(directory):
+            client_ctx = ssl.create_default_context(cafile=paths["ca"])
+            client_ctx.maximum_version = version
+            client_ctx.load_cert_chain(paths["client"])
+            out.append(_tls_exchange(client_ctx, server_ctx))
+    out.append(out[0][:out[0][3] * 256 + out[0][4] + 5])  # the TLS 1.3 ClientHello alone
+    return out
+
+
+def _tls_exchange(client_ctx, server_ctx) -> bytes:
+    """Every byte the client sends in a handshake between two in-memory SSLObjects."""
+    import ssl
+
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    sent = b""
+    for _ in range(10):
+        for side in (client, server):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        data = c_out.read()
+        sent += data
+        s_in.write(data)
+        c_in.write(s_out.read())
+    return sent

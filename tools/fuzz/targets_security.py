@@ -22,6 +22,16 @@ Berkeley DB file beside it). Property: a result or the module's error, which beg
 ``broker-properties``: mutated text as ``artemis-users.properties`` and ``artemis-roles.properties``
 beside a broker.xml (:func:`broker.security.load_security`). Property: as for ``sasl-files``, with
 :class:`broker.security.SecurityFileError`; role warnings also start ``FILE:LINE:``.
+
+``tls-handshake``: a client's first bytes on a TLS listener, seeded with the ClientHello and complete
+client flights of Python's ssl (OpenSSL) for TLS 1.3 and 1.2, with a client certificate. An input whose
+first byte is not a TLS handshake record (22) is what the listener takes for plaintext AMQP
+(wire/driver.py ``TLS_HANDSHAKE_RECORD``: the frames targets cover that); the others go, followed by the
+client's EOF, through :func:`wire.driver.tls_handshake` on an in-memory stream with the server contexts
+:class:`wire.tls.TlsProfile` makes (client certificate optional, and required). Properties: the handshake
+ends, at once, with :class:`wire.driver.TlsHandshakeError` whose text gives a reason (never another
+exception, never a completed handshake); no traceback is logged. OpenSSL's record and handshake parsing
+is C and not instrumented (OSS-Fuzz fuzzes it): coverage here is the Python around it.
 """
 
 from __future__ import annotations
@@ -268,6 +278,92 @@ class BrokerPropertiesTarget:
         self.watch.check()
 
 
+class TlsHandshakeTarget:
+    name = "tls-handshake"
+    instrument = ("wire.driver", "wire.tls")
+    description = "a client's first bytes (ClientHello and what follows) into a TLS listener's handshake"
+    max_len = 4096
+
+    def setup(self) -> None:
+        self.watch = LogWatch.install()
+        import wire.driver  # noqa: F401 - imported inside the worker's instrumentation
+        import wire.tls  # noqa: F401
+
+        self.dir = tempfile.mkdtemp(prefix="fuzz-tls-")
+        self.contexts = _tls_contexts(self.dir)
+
+    def seeds(self) -> list[bytes]:
+        from tools.fuzz.seeds import tls_client_flights
+
+        return tls_client_flights(self.dir)
+
+    def execute(self, data: bytes) -> None:
+        import trio
+
+        from wire.driver import TLS_HANDSHAKE_RECORD
+
+        self.watch.clear()
+        if not data or data[0] != TLS_HANDSHAKE_RECORD:
+            return  # the listener takes it for plaintext AMQP: the frames targets' ground
+        for context in self.contexts:
+            outcome = trio.run(self._handshake, context, data)
+            require(isinstance(outcome, str), "a TLS handshake completed with bytes from no real client",
+                    repr(outcome)[:300])
+            require(outcome.startswith("TLS handshake failed: ") and len(outcome) > len("TLS handshake failed: "),
+                    "a failed TLS handshake without a reason", repr(outcome)[:300])
+        self.watch.check()
+
+    @staticmethod
+    async def _handshake(context, data: bytes):
+        """Run the listener's handshake (wire.driver.tls_handshake) on an in-memory stream that carries
+        ``data`` and then the client's EOF; the error text, or the stream when it succeeded."""
+        import trio
+        import trio.testing
+
+        from wire.driver import TlsHandshakeError, tls_handshake
+
+        client, server = trio.testing.memory_stream_pair()
+        await client.send_all(data)
+        await client.send_eof()
+        with trio.move_on_after(TLS_HANDSHAKE_BOUND_SECONDS) as bound:
+            try:
+                return await tls_handshake(server, context, server_side=True)
+            except TlsHandshakeError as exc:
+                return str(exc)
+        if bound.cancelled_caught:
+            raise Violation("a TLS handshake on a closed stream did not end",
+                            f"still running after {TLS_HANDSHAKE_BOUND_SECONDS} s")
+
+
+#: A handshake whose client has closed ends at once; this bound only catches one that does not.
+TLS_HANDSHAKE_BOUND_SECONDS = 10
+
+
+def _tls_contexts(directory: str) -> list:
+    """A TLS listener's contexts made by wire.tls from a throw-away CA (trustme, as the tests do): one
+    that takes any client, one that requires a client certificate (Dispatch's requireSsl with
+    authenticatePeer and a caCertFile)."""
+    from wire.tls import TlsProfile
+
+    paths = _tls_files(directory)
+    profile = TlsProfile(name="fuzz", cert_file=paths["server"], private_key_file=paths["server"],
+                         ca_cert_file=paths["ca"])
+    return [profile.server_context(), profile.server_context(verify_client=True)]
+
+
+def _tls_files(directory: str) -> dict:
+    """PEM files in ``directory`` (made once per process): ca, server (chain and key), client (chain and key)."""
+    paths = {k: os.path.join(directory, f"{k}.pem") for k in ("ca", "server", "client")}
+    if not os.path.exists(paths["client"]):
+        import trustme
+
+        ca = trustme.CA()
+        ca.cert_pem.write_to_path(paths["ca"])
+        ca.issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(paths["server"])
+        ca.issue_cert("fuzz-client").private_key_and_cert_chain_pem.write_to_path(paths["client"])
+    return paths
+
+
 def _seed_users_text() -> str:
     from wire.users import Users
 
@@ -280,5 +376,6 @@ def _seed_users_text() -> str:
 SASL_SERVER = SaslServerTarget()
 SASL_FILES = SaslFilesTarget()
 BROKER_PROPERTIES = BrokerPropertiesTarget()
+TLS_HANDSHAKE = TlsHandshakeTarget()
 
-__all__ = ["SASL_SERVER", "SASL_FILES", "BROKER_PROPERTIES", "Violation"]
+__all__ = ["SASL_SERVER", "SASL_FILES", "BROKER_PROPERTIES", "TLS_HANDSHAKE", "Violation"]
