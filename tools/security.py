@@ -24,9 +24,13 @@ common name only, not with IP addresses: dial such a listener by name (``amqps:/
 ``--ssl-disable-peer-name-verify``; the tools say so when a certificate check fails for an IP address.
 tdbench (Python's ssl) also matches IP addresses.
 
-Which tool can do what: tdbench logs in through wire's SASL client (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512);
-tdstat and tdmanage use proton's blocking client, whose bundled SASL does ANONYMOUS, PLAIN and EXTERNAL but
-not SCRAM, so they refuse a SCRAM mechanism with a message saying so.
+Which client logs in how: tdbench logs in through wire's SASL client (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
+tdstat and tdmanage use proton's blocking client, whose bundled SASL (no Cyrus SASL in proton's wheel) does
+ANONYMOUS, PLAIN and EXTERNAL but not SCRAM; when ``--sasl-mechanisms`` names a SCRAM mechanism they connect
+with :mod:`tools.engineclient` instead, which logs in through wire's SASL client (SCRAM, and PLAIN as a
+fallback in the same list) over the stdlib's ``ssl`` with the same verification rules
+(:meth:`Security.client_ssl_context`). Such a list cannot mix in EXTERNAL or ANONYMOUS. Python's ``ssl``
+matches IP addresses too, so the name-check hint above concerns proton's connections only.
 """
 
 from __future__ import annotations
@@ -114,6 +118,10 @@ def mechanism_list(text: str | None) -> list[str]:
     return (text or "").upper().replace(",", " ").split()
 
 
+def is_scram(mechanism: str) -> bool:
+    return mechanism.upper().startswith("SCRAM-")
+
+
 @dataclass
 class Security:
     """The security settings of one tool run, resolved from its options."""
@@ -163,6 +171,11 @@ class Security:
             raise SecurityOptionError(f"--sasl-mechanisms {' '.join(sec.mechanisms)} needs --sasl-username")
         return sec
 
+    @property
+    def wants_engine_client(self) -> bool:
+        """True when a SCRAM mechanism is asked for: proton's SASL cannot do it, tools.engineclient can."""
+        return any(is_scram(m) for m in self.mechanisms)
+
     # -- proton's blocking client (tdstat, tdmanage) -------------------------------------------------------
     def proton_url(self, bus: str) -> str:
         """``host[:port]`` or a URL -> the URL proton should dial (amqps:// when TLS is on)."""
@@ -180,9 +193,8 @@ class Security:
         bad = [m for m in self.mechanisms if m not in PROTON_CLIENT_MECHANISMS]
         if bad:
             raise SecurityOptionError(
-                f"--sasl-mechanisms {' '.join(bad)}: not supported by this tool, whose AMQP client (proton's, "
-                f"without Cyrus SASL) can log in with {', '.join(PROTON_CLIENT_MECHANISMS)} only; "
-                "use PLAIN over TLS, or EXTERNAL with a client certificate")
+                f"--sasl-mechanisms {' '.join(bad)}: not supported; this tool logs in with "
+                f"{', '.join(PROTON_CLIENT_MECHANISMS + WIRE_CLIENT_MECHANISMS[:2])}")
         kw: dict = {}
         if self.tls:
             from proton import SSLDomain
@@ -221,18 +233,28 @@ class Security:
                     f"listener by a name its certificate carries, or add --ssl-disable-peer-name-verify)")
         return error
 
-    # -- wire's engine clients (tdbench) -------------------------------------------------------------------
-    def client_tls(self):
-        """A wire.tls.ClientTls for wire.driver.open_stream, or None without TLS."""
+    # -- wire's engine clients (tdbench; tdstat and tdmanage with SCRAM) ---------------------------------------
+    def client_ssl_context(self) -> ssl.SSLContext | None:
+        """The stdlib client context for these options (None without TLS): the server verified against
+        --ssl-trustfile or the system's CAs, its name checked unless --ssl-disable-peer-name-verify, and
+        the client certificate when given."""
         if not self.tls:
             return None
-        from wire.tls import ClientTls, TlsConfigError, TlsProfile
+        from wire.tls import TlsConfigError, TlsProfile
         profile = TlsProfile(name="client", cert_file=self.certificate, private_key_file=self.key,
                              ca_cert_file=self.trustfile, password=self.key_password)
         try:
-            return ClientTls(profile.client_context(verify_hostname=self.verify_peer_name))
+            return profile.client_context(verify_hostname=self.verify_peer_name)
         except (TlsConfigError, OSError, ssl.SSLError) as exc:
             raise SecurityOptionError(f"TLS: {exc}") from None
+
+    def client_tls(self):
+        """A wire.tls.ClientTls for wire.driver.open_stream, or None without TLS."""
+        context = self.client_ssl_context()
+        if context is None:
+            return None
+        from wire.tls import ClientTls
+        return ClientTls(context)
 
     def settings_kwargs(self) -> dict:
         """wire.connection.ConnectionSettings keywords: our SASL client with a user name, else ANONYMOUS."""
@@ -241,8 +263,8 @@ class Security:
         mechs = self.mechanisms or mechanism_list(WIRE_DEFAULT_MECHANISMS)
         bad = [m for m in mechs if m not in WIRE_CLIENT_MECHANISMS]
         if bad:
-            raise SecurityOptionError(f"--sasl-mechanisms {' '.join(bad)}: this tool logs in with "
-                                      f"{', '.join(WIRE_CLIENT_MECHANISMS)}")
+            raise SecurityOptionError(f"--sasl-mechanisms {' '.join(bad)}: not possible here: wire's SASL client "
+                                      f"logs in with {', '.join(WIRE_CLIENT_MECHANISMS)}")
         return {"sasl_username": self.username, "sasl_password": self.password,
                 "sasl_client_mechanisms": " ".join(mechs)}
 

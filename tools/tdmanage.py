@@ -14,7 +14,9 @@ Output is indented JSON as qdmanage prints it; ``--json`` prints it on one line 
 agent refuses prints ``tdmanage: <status> <text>: <description>`` on stderr and exits 1.
 
 A secured router: ``-b amqps://host:port`` (or ``--ssl-*``) with ``--sasl-username USER`` and the password
-from ``--sasl-password-file`` or ``TD_SASL_PASSWORD`` (tools/security.py; never on the command line).
+from ``--sasl-password-file`` or ``TD_SASL_PASSWORD`` (tools/security.py; never on the command line). The
+login is PLAIN by default; ``--sasl-mechanisms SCRAM-SHA-256`` (or -512) logs in with SCRAM through
+tools/engineclient.py, since proton's SASL has no SCRAM.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Same titles, column headers and order, ``ddd:hh:mm:ss`` times, ``-`` placeholder
 as Qpid Dispatch 1.19's qdstat, so an operator's eyes and scripts carry over; ``--csv`` and ``--json``
 for scripts. Rendering (``render_*``) is pure: rows in, lines out, so it is tested from canned data.
 TLS and SASL options (qdstat's ``--ssl-*``/``--sasl-*``, passwords from a file or the environment only):
-tools/security.py.
+tools/security.py; ``--sasl-mechanisms SCRAM-SHA-256`` (or -512) logs in through tools/engineclient.py,
+since proton's SASL has no SCRAM.
 """
 
 from __future__ import annotations

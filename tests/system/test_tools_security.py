@@ -192,12 +192,21 @@ async def test_tdbench_with_a_wrong_password_fails_without_printing_it(pki, user
         nursery.cancel_scope.cancel()
 
 
-async def test_scram_is_refused_by_tdstat_with_a_clear_message(pki, users):
-    proc = await tool("tools.tdstat", "-g", "-b", f"amqps://{HOST}:1", "--ssl-trustfile", pki.ca_file,
-                      "--sasl-mechanisms", "SCRAM-SHA-256", "--sasl-username", "admin",
-                      env={"TD_SASL_PASSWORD": "s3cret-pw"})
-    assert proc.returncode == 2
-    assert "SCRAM-SHA-256: not supported by this tool" in proc.stderr.decode()
+async def test_tdstat_and_tdmanage_log_in_with_scram(pki, users, password_file):
+    """proton's SASL cannot do SCRAM: with --sasl-mechanisms SCRAM-* the tools use tools/engineclient.py."""
+    async with trio.open_nursery() as nursery:
+        router, port = await start_secure_router(nursery, pki, users, mechanisms="SCRAM-SHA-512")
+        login = ("--ssl-trustfile", pki.ca_file, "--sasl-mechanisms", "SCRAM-SHA-512", "--sasl-username", "admin",
+                 "--sasl-password-file", password_file)
+        stat = await tool("tools.tdstat", "-c", "-b", f"amqps://{HOST}:{port}", *login)  # Python's ssl matches IPs
+        assert stat.returncode == 0, out(stat)
+        assert "admin(SCRAM-SHA-512)" in stat.stdout.decode(), out(stat)
+        manage = await tool("tools.tdmanage", "query", "--type", "connection", "sasl", "user", "-b",
+                            f"{NAME}:{port}", *login, "--json")
+        assert manage.returncode == 0, out(manage)
+        assert json.loads(manage.stdout) == [{"sasl": "SCRAM-SHA-512", "user": "admin"}]
+        assert not any("s3cret-pw" in out(p) for p in (stat, manage))
+        nursery.cancel_scope.cancel()
 
 
 async def test_tdbench_over_tls_with_scram(pki, users):
@@ -215,14 +224,14 @@ async def test_tdbench_over_tls_with_scram(pki, users):
 
 # -- the real tdrouterd, configured as a Qpid Dispatch user would (sslProfile, authenticatePeer, saslConfigDir) --
 
-def secure_tdrouterd(router_factory, pki: Pki, users: Users, folder):
+def secure_tdrouterd(router_factory, pki: Pki, users: Users, folder, mechanisms: str = "PLAIN SCRAM-SHA-256"):
     users.save(str(folder / "users.db"))
     # ANONYMOUS: the harness's own plaintext listener (the one it manages the router through) offers it
     (folder / "qdrouterd.conf").write_text("mech_list: ANONYMOUS PLAIN SCRAM-SHA-256 SCRAM-SHA-512\nsasldb_path: users.db\n")
     sections = (f"sslProfile {{\n    name: tls\n    certFile: {pki.server.cert_file}\n"
                 f"    privateKeyFile: {pki.server.private_key_file}\n    caCertFile: {pki.ca_file}\n}}\n"
                 "listener {\n    name: secure\n    host: 127.0.0.1\n    port: 0\n    sslProfile: tls\n"
-                "    requireSsl: yes\n    authenticatePeer: yes\n    saslMechanisms: PLAIN SCRAM-SHA-256\n}\n")
+                f"    requireSsl: yes\n    authenticatePeer: yes\n    saslMechanisms: {mechanisms}\n}}\n")
     return router_factory(sections, router_extra=f"saslConfigDir: {folder}")
 
 
@@ -248,3 +257,39 @@ def test_tools_against_a_secured_tdrouterd(router_factory, pki, users, password_
     assert anonymous.returncode == 1 and "Authentication failed" in anonymous.stderr, anonymous.stderr
     for proc in (stat, manage, bench, anonymous):
         assert "s3cret-pw" not in proc.stdout + proc.stderr
+
+
+def test_tdstat_and_tdmanage_with_scram_against_a_scram_only_tdrouterd(router_factory, pki, users, password_file,
+                                                                        tmp_path):
+    router = secure_tdrouterd(router_factory, pki, users, tmp_path, mechanisms="SCRAM-SHA-256")
+    port = router.ports["secure"]
+    cert = ("--ssl-trustfile", pki.ca_file, "--ssl-certificate", pki.client_cert, "--ssl-key", pki.client_key)
+    scram = (*cert, "--sasl-mechanisms", "SCRAM-SHA-256", "--sasl-username", "admin")
+    secure = (*scram, "--sasl-password-file", password_file)
+    stat = run_tool("tools.tdstat", "-c", "-b", f"amqps://{NAME}:{port}", *secure, check=False)
+    assert stat.returncode == 0, stat.stdout + stat.stderr
+    assert "admin(SCRAM-SHA-256)" in stat.stdout, stat.stdout
+    created = run_tool("tools.tdmanage", "create", "--type", "address", "--name", "scrammed", "prefix=scrammed",
+                       "distribution=multicast", "-b", f"{NAME}:{port}", *secure, "--json", check=False)
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["distribution"] == "multicast"
+    query = run_tool("tools.tdmanage", "query", "--type", "address", "name", "prefix", "-b", f"{NAME}:{port}",
+                     *secure, "--json", check=False)
+    assert query.returncode == 0, query.stderr
+    assert {"name": "scrammed", "prefix": "scrammed"} in json.loads(query.stdout)
+    # PLAIN (proton's client) is not offered on this listener
+    plain_login = run_tool("tools.tdstat", "-g", "-b", f"amqps://{NAME}:{port}", *cert, "--sasl-username", "admin",
+                           "--sasl-password-file", password_file, "-t", "10", check=False)
+    assert plain_login.returncode == 1, plain_login.stdout + plain_login.stderr
+    wrong = tmp_path / "wrong.pw"
+    wrong.write_text("wrong-pw-123\n")
+    refused = run_tool("tools.tdstat", "-c", "-b", f"amqps://{NAME}:{port}", *scram, "--sasl-password-file",
+                       str(wrong), "-t", "10", check=False)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "SASL login to" in refused.stderr and "refused" in refused.stderr, refused.stderr
+    assert "SCRAM-SHA-256 login as 'admin'" in refused.stderr, refused.stderr
+    refused_manage = run_tool("tools.tdmanage", "query", "--type", "connection", "-b", f"{NAME}:{port}", *scram,
+                              "--sasl-password-file", str(wrong), "-t", "10", check=False)
+    assert refused_manage.returncode == 1 and "refused" in refused_manage.stderr, refused_manage.stderr
+    for proc in (stat, created, query, plain_login, refused, refused_manage):
+        assert "s3cret-pw" not in proc.stdout + proc.stderr and "wrong-pw-123" not in proc.stdout + proc.stderr

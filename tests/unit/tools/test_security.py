@@ -120,12 +120,46 @@ def test_proton_urls(readable):
         sec.proton_url("amqp://h:7")  # TLS asked for, plaintext URL given
 
 
-def test_proton_tools_refuse_scram_with_a_clear_message():
-    sec = resolve("--sasl-mechanisms", "SCRAM-SHA-256 PLAIN", "--sasl-username", "a",
-                  environ={SASL_PASSWORD_ENV: SECRET})
+def test_scram_goes_to_the_engine_client_and_everything_else_to_proton():
+    def sec(mechs):
+        return resolve("--sasl-mechanisms", mechs, "--sasl-username", "a", environ={SASL_PASSWORD_ENV: SECRET})
+    assert sec("SCRAM-SHA-256 PLAIN").wants_engine_client
+    assert sec("scram-sha-512").wants_engine_client
+    assert not sec("PLAIN").wants_engine_client
+    assert not resolve("--sasl-username", "a", environ={SASL_PASSWORD_ENV: SECRET}).wants_engine_client
+    assert sec("SCRAM-SHA-256 PLAIN").settings_kwargs()["sasl_client_mechanisms"] == "SCRAM-SHA-256 PLAIN"
+
+
+def test_mechanisms_no_client_can_do_are_refused_with_a_clear_message():
+    sec = resolve("--sasl-mechanisms", "DIGEST-MD5", "--sasl-username", "a", environ={SASL_PASSWORD_ENV: SECRET})
     with pytest.raises(SecurityOptionError) as e:
         sec.proton_connect_kwargs()
-    assert "SCRAM-SHA-256: not supported by this tool" in str(e.value) and SECRET not in str(e.value)
+    assert "DIGEST-MD5: not supported" in str(e.value) and "SCRAM-SHA-256" in str(e.value)
+    assert SECRET not in str(e.value)
+
+
+def test_scram_cannot_be_mixed_with_anonymous():
+    sec = resolve("--sasl-mechanisms", "SCRAM-SHA-256 ANONYMOUS", "--sasl-username", "a",
+                  environ={SASL_PASSWORD_ENV: SECRET})
+    assert sec.wants_engine_client
+    with pytest.raises(SecurityOptionError) as e:
+        sec.settings_kwargs()
+    assert "ANONYMOUS: not possible here" in str(e.value) and SECRET not in str(e.value)
+
+
+def test_the_engine_clients_tls_context_verifies_as_proton_does(readable, tmp_path):
+    import ssl
+
+    import trustme
+    ca = tmp_path / "real-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(ca))
+    checked = resolve("--ssl-trustfile", str(ca)).client_ssl_context()
+    assert checked.verify_mode == ssl.CERT_REQUIRED and checked.check_hostname
+    unchecked = resolve("--ssl-trustfile", str(ca), "--ssl-disable-peer-name-verify").client_ssl_context()
+    assert unchecked.verify_mode == ssl.CERT_REQUIRED and not unchecked.check_hostname
+    assert resolve().client_ssl_context() is None  # no TLS asked for
+    with pytest.raises(SecurityOptionError):
+        resolve("--ssl-trustfile", readable).client_ssl_context()  # not PEM: said at once
 
 
 def test_proton_kwargs_plain_by_default_with_a_user():
@@ -153,14 +187,16 @@ def test_tdstat_and_tdmanage_have_qdstats_option_names(make_parser):
         assert name in text
 
 
-def test_tdstat_exits_2_on_refused_scram(capsys, monkeypatch):
+def test_tdstat_exits_2_on_mechanisms_it_cannot_use(capsys, monkeypatch):
     monkeypatch.setenv(SASL_PASSWORD_ENV, SECRET)
-    with pytest.raises(SystemExit) as e:
-        tdstat.main(["-b", "amqps://h:1", "--ssl-disable-peer-name-verify", "--sasl-mechanisms", "SCRAM-SHA-512",
-                     "--sasl-username", "a"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "not supported by this tool" in err and SECRET not in err
+    for mechs, expected in (("DIGEST-MD5", "DIGEST-MD5: not supported"),
+                            ("SCRAM-SHA-512 ANONYMOUS", "ANONYMOUS: not possible here")):
+        with pytest.raises(SystemExit) as e:
+            tdstat.main(["-b", "amqps://h:1", "--ssl-disable-peer-name-verify", "--sasl-mechanisms", mechs,
+                         "--sasl-username", "a"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert expected in err and SECRET not in err, err
 
 
 def test_tdbench_refuses_a_password_on_the_command_line():
