@@ -24,13 +24,16 @@ beside a broker.xml (:func:`broker.security.load_security`). Property: as for ``
 :class:`broker.security.SecurityFileError`; role warnings also start ``FILE:LINE:``.
 
 ``tls-handshake``: a client's first bytes on a TLS listener, seeded with the ClientHello and complete
-client flights of Python's ssl (OpenSSL) for TLS 1.3 and 1.2, with a client certificate. An input whose
-first byte is not a TLS handshake record (22) is what the listener takes for plaintext AMQP
-(wire/driver.py ``TLS_HANDSHAKE_RECORD``: the frames targets cover that); the others go, followed by the
-client's EOF, through :func:`wire.driver.tls_handshake` on an in-memory stream with the server contexts
-:class:`wire.tls.TlsProfile` makes (client certificate optional, and required). Properties: the handshake
-ends, at once, with :class:`wire.driver.TlsHandshakeError` whose text gives a reason (never another
-exception, never a completed handshake); no traceback is logged. OpenSSL's record and handshake parsing
+client flights of Python's ssl (OpenSSL) for TLS 1.3 and 1.2, with a client certificate. An input that
+starts with a TLS handshake record (22) is sent as it is; any other is a recipe of byte edits and a cut
+applied to one of the recorded flights (:meth:`TlsHandshakeTarget.client_bytes`: OpenSSL is not
+instrumented, so coverage alone would not keep the fuzzer on real ClientHellos). What does not start with
+a handshake record is plaintext AMQP to the listener (wire/driver.py ``TLS_HANDSHAKE_RECORD``: the frames
+targets' ground) and skipped; the rest goes, followed by the client's EOF, through
+:func:`wire.driver.tls_handshake` on an in-memory stream with the server contexts
+:class:`wire.tls.TlsProfile` makes (client certificate optional, and required). Properties: the
+handshake ends, at once, with :class:`wire.driver.TlsHandshakeError` whose text gives a reason (never
+another exception, never a completed handshake); no traceback is logged. OpenSSL's record and handshake parsing
 is C and not instrumented (OSS-Fuzz fuzzes it): coverage here is the Python around it.
 """
 
@@ -289,13 +292,34 @@ class TlsHandshakeTarget:
         import wire.driver  # noqa: F401 - imported inside the worker's instrumentation
         import wire.tls  # noqa: F401
 
-        self.dir = tempfile.mkdtemp(prefix="fuzz-tls-")
-        self.contexts = _tls_contexts(self.dir)
-
-    def seeds(self) -> list[bytes]:
         from tools.fuzz.seeds import tls_client_flights
 
-        return tls_client_flights(self.dir)
+        self.dir = tempfile.mkdtemp(prefix="fuzz-tls-")
+        self.contexts = _tls_contexts(self.dir)
+        self.flights = tls_client_flights(self.dir)
+
+    def seeds(self) -> list[bytes]:
+        # The flights as they are, and one edit recipe per flight (see client_bytes).
+        return self.flights + [bytes((i, 0, 0)) for i in range(len(self.flights))]
+
+    def client_bytes(self, data: bytes) -> bytes:
+        """What the client sends for input ``data``: ``data`` itself when it starts with a TLS handshake
+        record; otherwise an edit recipe for a recorded flight (libFuzzer sees no coverage inside
+        OpenSSL, so without this it would mutate only the few bytes that reach the Python around it):
+        byte 0 picks the flight, bytes 1-2 (big-endian, 0 for none) where to cut it, then each 3 bytes
+        an offset (2 bytes) and the byte to write there."""
+        from wire.driver import TLS_HANDSHAKE_RECORD
+
+        if not data or data[0] == TLS_HANDSHAKE_RECORD:
+            return data
+        flight = bytearray(self.flights[data[0] % len(self.flights)])
+        cut = int.from_bytes(data[1:3], "big")
+        if cut:
+            del flight[cut % len(flight):]
+        for i in range(3, len(data) - 2, 3):
+            if flight:
+                flight[int.from_bytes(data[i:i + 2], "big") % len(flight)] = data[i + 2]
+        return bytes(flight)
 
     def execute(self, data: bytes) -> None:
         import trio
@@ -303,14 +327,15 @@ class TlsHandshakeTarget:
         from wire.driver import TLS_HANDSHAKE_RECORD
 
         self.watch.clear()
-        if not data or data[0] != TLS_HANDSHAKE_RECORD:
+        sent = self.client_bytes(data)
+        if not sent or sent[0] != TLS_HANDSHAKE_RECORD:
             return  # the listener takes it for plaintext AMQP: the frames targets' ground
         for context in self.contexts:
-            outcome = trio.run(self._handshake, context, data)
+            outcome = trio.run(self._handshake, context, sent)
             require(isinstance(outcome, str), "a TLS handshake completed with bytes from no real client",
-                    repr(outcome)[:300])
+                    repr(sent[:300]))
             require(outcome.startswith("TLS handshake failed: ") and len(outcome) > len("TLS handshake failed: "),
-                    "a failed TLS handshake without a reason", repr(outcome)[:300])
+                    "a failed TLS handshake without a reason", f"{outcome!r} for {sent[:300]!r}")
         self.watch.check()
 
     @staticmethod
