@@ -3,7 +3,13 @@
 ``tddemo brokerless``: a router with no broker. A producer attaches first and is blocked: the router gives
 it no credit while no consumer exists anywhere. A consumer attaches; the producer gets credit at once and
 every message flows, each settled end to end (the producer learns ``accepted`` only when the consumer
-accepted it).
+accepted it). ``--router URL`` runs the same producer and consumer against a router that is already
+running instead of starting one, with qdstat's ``--ssl-*`` and ``--sasl-*`` options (tools/security.py;
+passwords from ``--sasl-password-file`` or ``TD_SASL_PASSWORD`` only) for a secured one: TLS, and a login
+with PLAIN, EXTERNAL or ANONYMOUS. SCRAM is refused with a message saying why: the demo's clients are
+proton reactor clients, whose SASL (proton's wheel has no Cyrus SASL) cannot do SCRAM, and
+tools/engineclient.py, which can, is a blocking request/response client that cannot run the demo's
+timers and concurrent producer and consumer; use PLAIN over TLS for the demo.
 
 ``tddemo brokered``: the same router with a tdbroker attached as an Artemis-style ``<peer>`` for the
 waypoint address ``queue``. The producer gets credit at once (the broker's queue is a destination),
@@ -36,6 +42,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from tools.daemons import BROKER, ROUTER, DaemonProcess
+from tools.security import PROTON_DEFAULT_MECHANISMS, Security, SecurityOptionError, click_security_options
 from wire.flowrecords import FlowRecorder
 
 # How long the producer is left without a consumer, so the blocked state is visible.
@@ -128,25 +135,49 @@ class Daemon(DaemonProcess):
 class Brokerless(MessagingHandler):
     """Producer first, blocked without credit; the consumer arrives later; everything flows."""
 
-    def __init__(self, url: str, address: str, count: int, records: str | None = None, reject_every: int = 0):
+    def __init__(self, url: str, address: str, count: int, records: str | None = None, reject_every: int = 0,
+                 connect_options: dict | None = None):
+        """``connect_options``: proton Container.connect keywords (TLS, SASL) for a secured router."""
         super().__init__(auto_accept=False)
         self.url, self.address, self.count = url, address, count
+        self.connect_options = connect_options or {}
         self.sent = self.accepted = self.rejected = self.received = 0
         self.conn = self.sender = None
         self.blocked_reported = False
         self.reject_every = reject_every
+        self.error: str | None = None  # why the connection failed (login refused, TLS, socket)
         self.producer_records = Records(records, "producer")
         self.consumer_records = Records(records, "consumer")
 
     def on_start(self, event):
-        self.conn = event.container.connect(self.url)
+        # No reconnect: a refused login or an untrusted certificate ends the demo with the reason.
+        self.conn = event.container.connect(self.url, reconnect=False, **self.connect_options)
         self.sender = event.container.create_sender(self.conn, self.address)
         say("producer", f"attached to '{self.address}' and wants to send {self.count} messages")
-        event.container.schedule(BLOCKED_SECONDS, self)
+        self.timer = event.container.schedule(BLOCKED_SECONDS, self)
+
+    def on_transport_error(self, event):  # refused login, TLS failure, socket error
+        self._failed(event, event.transport.condition, "connection failed")
+
+    def on_connection_error(self, event):  # the router closed the connection with an error (e.g. requireSsl)
+        self._failed(event, event.connection.remote_condition, "connection closed by the router")
+
+    def on_link_error(self, event):  # the router refused or detached a link (e.g. a policy)
+        self._failed(event, event.link.remote_condition, f"link {event.link.name} closed by the router")
+
+    def _failed(self, event, cond, default: str) -> None:
+        if self.error is None:
+            self.error = f"{cond.name}: {cond.description}" if cond is not None else default
+        self.timer.cancel()
+        event.container.stop()
 
     def on_timer_task(self, event):
-        say("producer", f"after {BLOCKED_SECONDS:.0f} s: credit {self.sender.credit}, sent {self.sent} "
-                        "- blocked, no consumer exists")
+        if self.sender.credit:
+            say("producer", f"after {BLOCKED_SECONDS:.0f} s: credit {self.sender.credit} already - a consumer "
+                            "of the address exists elsewhere on this router network")
+        else:
+            say("producer", f"after {BLOCKED_SECONDS:.0f} s: credit {self.sender.credit}, sent {self.sent} "
+                            "- blocked, no consumer exists")
         self.blocked_reported = True
         say("consumer", f"attaching to '{self.address}'")
         event.container.create_receiver(self.conn, self.address)
@@ -200,21 +231,55 @@ def _records_options(f):
                         help="Write client flow records (sent/settled/received) into this directory.")(f)
 
 
+def _run_brokerless(demo: Brokerless) -> None:
+    try:
+        Container(demo).run()
+    finally:
+        demo.producer_records.close()
+        demo.consumer_records.close()
+
+
+def _secured_connection(router_url: str, security_opts) -> tuple[str, dict]:
+    """The URL to dial and proton's connect keywords for --router with the --ssl-*/--sasl-* options."""
+    try:
+        security = Security.from_options(security_opts, url=router_url)
+        if security.wants_engine_client:
+            raise SecurityOptionError(
+                f"--sasl-mechanisms {' '.join(security.mechanisms)}: tddemo's clients are proton reactor "
+                "clients, whose SASL (no Cyrus SASL in proton's wheel) cannot do SCRAM; log in with PLAIN over "
+                "TLS (--sasl-mechanisms PLAIN) for the demo (tdstat, tdmanage and tdbench do SCRAM)")
+        return security.proton_url(router_url), security.proton_connect_kwargs()
+    except SecurityOptionError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @main.command()
 @click.option("--count", default=5, show_default=True, help="Messages to send.")
 @click.option("--address", default="demo/brokerless", show_default=True)
+@click.option("--router", "router_url", metavar="URL", default=None,
+              help="Run against this already running router (host:port or amqp[s]://host:port) instead of "
+                   "starting one; the --ssl-*/--sasl-* options apply to it.")
 @_records_options
-def brokerless(count: int, address: str, records: str | None, reject_every: int) -> None:
+@click_security_options(default_mechanisms=PROTON_DEFAULT_MECHANISMS)
+def brokerless(count: int, address: str, router_url: str | None, records: str | None, reject_every: int,
+               security_opts) -> None:
     """No broker: the producer is blocked until a consumer exists, then messages flow."""
-    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
-            Daemon("router.daemon", "router.conf", ROUTER_CONF + _router_flow(records), tmp) as router:
-        say("router", f"tdrouterd started on 127.0.0.1:{router.port} (no broker)")
-        demo = Brokerless(f"amqp://127.0.0.1:{router.port}", address, count, records, reject_every)
-        try:
-            Container(demo).run()
-        finally:
-            demo.producer_records.close()
-            demo.consumer_records.close()
+    if router_url is not None:
+        url, connect_options = _secured_connection(router_url, security_opts)
+        say("router", f"using the router at {url}")
+        demo = Brokerless(url, address, count, records, reject_every, connect_options)
+        _run_brokerless(demo)
+    else:
+        if any(vars(security_opts).values()):
+            raise click.UsageError("the --ssl-*/--sasl-* options are for --router: the router tddemo starts "
+                                   "itself listens without TLS or logins")
+        with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
+                Daemon("router.daemon", "router.conf", ROUTER_CONF + _router_flow(records), tmp) as router:
+            say("router", f"tdrouterd started on 127.0.0.1:{router.port} (no broker)")
+            demo = Brokerless(f"amqp://127.0.0.1:{router.port}", address, count, records, reject_every)
+            _run_brokerless(demo)
+    if demo.error is not None:
+        raise click.ClickException(f"connection to the router failed: {demo.error}")
     if demo.received != count or demo.accepted + demo.rejected != count:
         raise click.ClickException(f"expected {count} received and settled, got "
                                    f"{demo.received} / {demo.accepted + demo.rejected}")

@@ -269,9 +269,14 @@ class Security:
                 "sasl_client_mechanisms": " ".join(mechs)}
 
 
-def click_security_options(f):
-    """The same options for a click command (tdbench): adds ``security_opts`` (an argparse-like namespace)."""
+def click_security_options(f=None, *, default_mechanisms: str = WIRE_DEFAULT_MECHANISMS):
+    """The same options for a click command (tdbench, tddemo): adds ``security_opts`` (an argparse-like
+    namespace). ``default_mechanisms``: what --help says a user name logs in with by default (tdbench's wire
+    client: SCRAM then PLAIN; tddemo's proton clients: PLAIN)."""
     import functools
+
+    if f is None:
+        return functools.partial(click_security_options, default_mechanisms=default_mechanisms)
 
     import click
 
@@ -296,7 +301,7 @@ def click_security_options(f):
                      help="Do not check that the router's certificate names the host (it is still verified)."),
         click.option("--sasl-mechanisms", metavar="MECHS",
                      help=f"SASL mechanisms, first the router offers wins (default with a user: "
-                          f"{WIRE_DEFAULT_MECHANISMS})."),
+                          f"{default_mechanisms})."),
         click.option("--sasl-username", metavar="USER", help="SASL user name."),
         click.option("--sasl-password-file", metavar="FILE",
                      help=f"The user's password: the file's first line (or set {SASL_PASSWORD_ENV})."),
