@@ -205,20 +205,22 @@ def uri_tls(ctx: Ctx, el, what: str, params: dict, *, server: bool):
 # --- authorization: <security-settings> -----------------------------------------------------------------------
 
 #: Artemis' permission types (Artemis docs, "Security", "Role based security for addresses") that tdbroker
-#: checks, and where: send (a client attaching a link to send to the address), consume (a link to consume
-#: from it), manage (sending to $management), createAddress + createDurableQueue (a link whose attach
-#: auto-creates an anycast queue), createDurableQueue / createNonDurableQueue (a durable or non-durable
-#: multicast subscription, a dynamic temporary queue).
+#: checks, and where (broker/server.py): send (a client attaching a link to send to the address), consume
+#: (a link to consume from it), manage (sending to $management), createAddress + createDurableQueue (a
+#: link whose attach auto-creates an anycast queue), createDurableQueue / createNonDurableQueue (a durable
+#: or non-durable multicast subscription, a dynamic temporary queue), browse (a receiver with
+#: distribution-mode copy on a queue: a queue browser, broker/browse.py), deleteNonDurableQueue (a link
+#: close that would delete its dynamic temporary queue or non-durable subscription queue; denied, the
+#: queue stays until the connection closes), deleteDurableQueue (closing, not detaching, a durable
+#: subscription link; denied, the subscription stays), deleteAddress (accepted; no client operation of
+#: tdbroker deletes an address: auto-delete is the broker's own, management deletion needs manage, as in
+#: Artemis).
 ENFORCED_PERMISSIONS = ("send", "consume", "manage", "createAddress", "createDurableQueue",
-                        "createNonDurableQueue")
+                        "createNonDurableQueue", "deleteAddress", "deleteDurableQueue", "deleteNonDurableQueue",
+                        "browse")
 #: Artemis' types tdbroker does not check: refused when a <permission> grants one, so a rule is never
-#: accepted and ignored. type -> why.
-UNENFORCED_PERMISSIONS = {
-    "deleteAddress": "addresses are deleted through $management (the manage permission)",
-    "deleteDurableQueue": "closing a durable subscription deletes its queue without a check",
-    "deleteNonDurableQueue": "temporary queues go with their link without a check",
-    "browse": "queue browsers are not told apart from consumers",
-}
+#: accepted and ignored. type -> why. (Every Artemis type is checked now.)
+UNENFORCED_PERMISSIONS: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
