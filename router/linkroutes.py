@@ -296,7 +296,7 @@ class LinkRouter:
             raw.delivery_settle(d)
             return
         gate = side.gate
-        if gate is not None:
+        if gate is not None and gate.check_user_id:
             why = gate.refusal(msg, False)
             if why is not None:
                 gate.policy.message_denied()

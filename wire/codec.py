@@ -376,6 +376,75 @@ def message_to(msg: bytes) -> str | None:
         raise CodecError(f"malformed message: {e}") from None
 
 
+def message_user_and_to(msg: bytes, want_to: bool = True) -> tuple[bytes | None, str | None]:
+    """``properties.user-id`` (bytes) and, when ``want_to``, ``properties.to`` (str), each None when absent
+    or null: what a vhost policy checks on every message of a policed connection (router/policygate.py).
+    The walk is inlined like message_to's (a generic decode of the first fields cost 10% more router CPU)."""
+    try:
+        n = len(msg)
+        pos = 0
+        last = -1
+        while True:
+            if pos >= n:
+                return None, None
+            if msg[pos] == 0 and msg[pos + 1] == 0x53:
+                code = msg[pos + 2]
+                vpos = pos + 3
+            else:
+                code, vpos = _descriptor(msg, pos, n)
+            rank = code - 0x70
+            if rank >= 3:
+                if rank == 3:
+                    break
+                if rank > 8:
+                    raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
+                return None, None
+            if rank <= last:
+                if rank < 0:
+                    raise CodecError(f"unknown section 0x{code:x} at offset {pos}")
+                raise CodecError(f"section 0x{code:x} out of order at offset {pos}")
+            last = rank
+            pos = _section_end(msg, vpos, rank, n)
+        count, p, end = _list_header(msg, vpos, n)
+        if end > n:
+            raise CodecError("truncated properties")
+        if count < 2:
+            return None, None
+        w = _W[msg[p]]   # skip message-id
+        if w == _VAR1:
+            p += 2 + msg[p + 1]
+        elif w >= 0:
+            p += 1 + w
+        else:
+            p = _skip(msg, p, end)
+        if p >= end:
+            raise CodecError("truncated properties")
+        c = msg[p]
+        if c == 0x40:
+            user_id = None
+            p += 1
+        elif c == 0xA0:
+            e = p + 2 + msg[p + 1]
+            user_id, p = msg[p + 2:e], e
+        elif c == 0xB0:
+            e = p + 5 + _U32(msg, p + 1)[0]
+            user_id, p = msg[p + 5:e], e
+        else:
+            raise CodecError(f"properties.user-id has unsupported constructor 0x{c:02x}")
+        if p > end:
+            raise CodecError("truncated user-id")
+        if count < 3 or not want_to:
+            return user_id, None
+        to, p = _decode(msg, p, end, 0)
+        if to is not None and not isinstance(to, str):
+            raise CodecError("properties.to is not a string")
+        return user_id, to
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
+
+
 def properties_fields(msg: bytes, count: int) -> list:
     """The first ``count`` fields of the properties section decoded to Python values (see the module
     docstring for the type mapping); missing fields (or a missing section) are None. Field order:

@@ -988,3 +988,30 @@ def test_truncated_values(v):
             pass
         else:
             raise AssertionError(f"truncation at {n} of {b.hex()} decoded")
+
+
+# -- message_user_and_to (vhost policy, router/policygate.py) --------------------------------------------
+
+@pytest.mark.parametrize("fields,expected", [
+    ({"user_id": b"alice", "address": "q"}, (b"alice", "q")),
+    ({"user_id": b"u" * 300, "address": "a" * 300}, (b"u" * 300, "a" * 300)),   # vbin32, str32
+    ({"address": "q"}, (None, "q")),
+    ({"user_id": b"alice"}, (b"alice", None)),
+    ({"id": 12345, "user_id": b"bob", "subject": "s"}, (b"bob", None)),
+    ({}, (None, None)),
+])
+def test_message_user_and_to(fields, expected):
+    from wire.codec import message_user_and_to
+
+    assert message_user_and_to(proton.Message(body="x", **fields).encode()) == expected
+
+
+def test_message_user_and_to_refuses_malformed_properties():
+    from wire.codec import message_user_and_to
+
+    good = proton.Message(body="x", user_id=b"alice", address="q").encode()
+    with pytest.raises(CodecError):
+        message_user_and_to(good[:good.index(b"alice") + 2])            # cut inside the properties
+    wrong = good.replace(b"\xa0\x05alice", b"\xa1\x05alice")            # user-id as a string
+    with pytest.raises(CodecError):
+        message_user_and_to(wrong)
