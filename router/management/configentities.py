@@ -221,6 +221,18 @@ class ListenerEntity(_ServiceAdapter):
     kind = "listener"
     description = "Accepts AMQP connections on a host and port."
 
+    def create(self, attrs: dict) -> dict:
+        vhost = attrs.get("policyVhost")
+        if vhost:
+            # As at start-up (router/policyfiles.py check_listener_vhosts): never taken and ignored.
+            policy = self.router.policy
+            if not policy.enabled:
+                raise bad_request("listener: policyVhost would not be enforced without "
+                                  "'policy { enableVhostPolicy: true }'")
+            if vhost not in policy.vhosts:
+                raise bad_request(f"listener: policyVhost {vhost!r} names no vhost")
+        return super().create(attrs)
+
 
 class ConnectorEntity(_ServiceAdapter):
     short = "connector"

@@ -406,3 +406,12 @@ def test_link_routed_messages_of_a_policed_client_are_checked_too():
     assert snd.remote_condition.name == "amqp:link:message-size-exceeded"
     assert b_rcv.state & Endpoint.REMOTE_CLOSED   # the broker's side of the pair is detached too
     assert h.router.policy.max_message_size_denied == 1
+
+
+def test_management_refuses_a_listener_whose_policy_vhost_would_not_apply():
+    agent = ManagementAgent(Router("R"))
+    with pytest.raises(wm.ManagementError, match="policyVhost would not be enforced"):
+        agent.dispatch(_req("CREATE", "listener", name="l", body={"port": "0", "policyVhost": "v"}))
+    agent = ManagementAgent(Router("R", policy=policy(vhost(**{"$default": {"remoteHosts": "*"}}))))
+    with pytest.raises(wm.ManagementError, match="policyVhost 'v' names no vhost"):
+        agent.dispatch(_req("CREATE", "listener", name="l", body={"port": "0", "policyVhost": "v"}))
