@@ -38,8 +38,9 @@ class BrokerLink:
                  "durable_sub", "arriving")
 
     # mode of a receiving link: None (into ``queue``), FANOUT (a copy per multicast queue of
-    # ``address``), MANAGEMENT (requests for the management agent).
-    FANOUT, MANAGEMENT = "fanout", "management"
+    # ``address``), MANAGEMENT (requests for the management agent); of a sending link: None (a consumer
+    # of ``queue``), BROWSE (a queue browser, broker.browse).
+    FANOUT, MANAGEMENT, BROWSE = "fanout", "management", "browse"
 
     def __init__(self, ptr, engine, owner, queue: Queue | None, incoming: bool, name: str):
         self.ptr = ptr
@@ -70,4 +71,7 @@ class BrokerConnection:
     def __init__(self, engine: EngineConnection):
         self.engine = engine
         self.links: dict = {}  # link pointer -> BrokerLink
+        # Temporary queues whose link closed without the deleteNonDurableQueue permission: removed when
+        # this connection closes (broker.server.Broker._drop_owned).
+        self.kept_queues: list[str] = []
         self.on_open = None  # broker connections: called once the peer answered our open

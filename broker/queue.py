@@ -307,6 +307,8 @@ class Queue:
         self.messages_killed = 0
         self.messages_purged = 0
         self.messages_delivered = 0                     # deliveries handed out (redeliveries included)
+        # Queue browsers' cursors (broker.browse): deques that each get every message enqueued from now on.
+        self.arrivals: list[deque] = []
 
     # ---------------------------------------------------------------- counters
 
@@ -379,6 +381,13 @@ class Queue:
         if self._meter is not None:
             self._meter.total += n
         self._put(msg)
+        if self.arrivals:
+            for cursor in self.arrivals:
+                cursor.append(msg)
+
+    def is_ready(self, msg: QueuedMessage) -> bool:
+        """Whether ``msg`` is in this queue and not out with a consumer (what a browser may show)."""
+        return self._ready.by_key.get((-msg.priority, msg.seq)) is msg
 
     def ready(self) -> list[QueuedMessage]:
         """The ready messages in delivery order (for management and tests; O(n))."""

@@ -10,6 +10,7 @@ part             class (module)                               what it owns
 ``storage``      :class:`broker.storage.Storage`              journal, page files, disk limits
 ``admission``    :class:`broker.admission.Admission`          size bounds, refusal while a message arrives
 ``delivery``     :class:`broker.delivery.DeliveryPath`        the data path: the wire ``LinkOwner`` of links
+``browsing``     :class:`broker.browse.Browsing`              queue browsers (distribution-mode copy)
 ``mover``        :class:`broker.moves.Mover`                  dead letters and expiry moves
 ``timers``       :class:`broker.timers.Timers`                expiry and redelivery-delay deadlines
 ``facade``       :class:`broker.facade.ManagementFacade`      what management reads and changes
@@ -41,6 +42,7 @@ import proton
 
 from broker.addressing import MULTICAST, AddressModel
 from broker.admission import Admission
+from broker.browse import Browsing
 from broker.config import BrokerConfig
 from broker.connections import BridgeControl
 from broker.delivery import DeliveryPath
@@ -102,6 +104,7 @@ class Broker(ConnectionHandler):
         self.admission = Admission(self.addressing, self.storage, self.limits)
         self.delivery = DeliveryPath(self.addressing, self.storage, self.admission, self.limits, self.clock,
                                      self._forget_link)
+        self.browsing = Browsing(self.clock)
         self.mover = Mover(self.addressing, self.storage, self.limits, self.clock, self.queue_changed)
         self.addressing.exits = self.mover
         self.timers = Timers(self.addressing, self.queue_changed)
@@ -161,10 +164,15 @@ class Broker(ConnectionHandler):
             storage.depage()
         delivery = self.delivery
         delivery.release_blocked()
+        browsing = self.browsing
+        if browsing.cursors:  # browsers first: they see what consumers are about to take
+            browsing.dispatch()
         rounds = 0
         while delivery.dirty and rounds < 4:  # a dispatch may move messages to dead-letter/expiry queues
             delivery.dispatch()
             rounds += 1
+        if browsing.cursors:  # and what those moves, or returns, put in their queues
+            browsing.dispatch()
         self._arm_timer()
         delivery.wake_engines()
         storage.kick()
@@ -216,12 +224,6 @@ class Broker(ConnectionHandler):
         if not address:
             engine.refuse_link(link, "amqp:not-implemented", "tdbroker needs a named node (no anonymous relay)")
             return
-        if lo.is_sender and terminus.distribution_mode == proton.Terminus.DIST_MODE_COPY:
-            # A browser (AMQP 1.0 3.5.3 distribution-mode copy; qpid-jms QueueBrowser) served as a consumer
-            # would take the messages it means to look at: refused until browsing exists.
-            engine.refuse_link(link, "amqp:not-implemented",
-                               "queue browsers (distribution-mode copy) are not supported by tdbroker yet")
-            return
         if address == MANAGEMENT_ADDRESS and not lo.is_sender:
             if self._denied(engine, link, "manage", address):
                 return
@@ -244,11 +246,21 @@ class Broker(ConnectionHandler):
         if q is None:
             engine.refuse_link(link, "amqp:not-found", f"queue {address} does not exist")
             return
-        if self._denied(engine, link, "consume" if lo.is_sender else "send", addressing.address_of(q.name)):
+        # A browser (AMQP 1.0 3.5.3 distribution-mode copy; qpid-jms QueueBrowser) sees the queue's
+        # messages without taking them (broker.browse). On a multicast address (above) a copy-mode
+        # receiver gets a subscription, which is already a copy.
+        browser = lo.is_sender and terminus.distribution_mode == proton.Terminus.DIST_MODE_COPY
+        permission = "browse" if browser else "consume" if lo.is_sender else "send"
+        if self._denied(engine, link, permission, addressing.address_of(q.name)):
             return
         if not lo.is_sender:
             self.admission.advertise(lo, addressing.address_of(q.name))
         engine.open_link_like_remote(link)
+        if browser:
+            self.browsing.attach(engine, link, q, name=lo.name,
+                                 presettled=lo.remote_snd_settle_mode == proton.Link.SND_SETTLED)
+            log.debug("link %s browses queue %s", lo.name, q.name)
+            return
         bl = self.attach_local(engine, link, q, incoming=not lo.is_sender, name=lo.name,
                                presettled=lo.is_sender and lo.remote_snd_settle_mode == proton.Link.SND_SETTLED)
         log.debug("link %s attached to queue %s (%s)", lo.name, q.name, "in" if bl.incoming else "out")
@@ -280,15 +292,22 @@ class Broker(ConnectionHandler):
         """With <security-settings>, refuse a client's attach its user's roles do not permit (Artemis'
         rule, broker.security.permitted) with amqp:unauthorized-access naming the permission. Links on
         the broker's own <amqp-connection>s are not checked: the configuration opened them."""
-        security = self.cfg.security
-        if security is None or not security.settings or not engine.server:
+        if self._permits(engine, permission, address):
             return False
-        if permitted(security.settings, user_roles(security, engine.user), permission, address):
-            return False
-        log.info("connection %d: user %r refused %s on %s", engine.id, engine.user, permission, address)
         engine.refuse_link(link, "amqp:unauthorized-access",
                            f"user {engine.user!r} lacks the {permission} permission on {address}"[:200])
         return True
+
+    def _permits(self, engine, permission: str, address: str) -> bool:
+        """Whether ``engine``'s user may do ``permission`` on ``address`` (always, without
+        <security-settings> or on the broker's own connections); a refusal is logged (INFO)."""
+        security = self.cfg.security
+        if security is None or not security.settings or not engine.server:
+            return True
+        if permitted(security.settings, user_roles(security, engine.user), permission, address):
+            return True
+        log.info("connection %d: user %r refused %s on %s", engine.id, engine.user, permission, address)
+        return False
 
     def attach_local(self, engine, link, q: Queue, *, incoming: bool, name: str = "",
                      presettled: bool = False) -> BrokerLink:
@@ -328,18 +347,41 @@ class Broker(ConnectionHandler):
         """A link the data path detached itself leaves the connection's table."""
         bl.engine.app.links.pop(bl.ptr, None)
 
-    def _drop_owned(self, bl: BrokerLink, closed: bool) -> None:
-        """A temporary queue goes with its link; a durable subscription only when the link is closed."""
-        if bl.incoming or bl.queue is None or bl.queue.name not in self.addressing.queues:
-            return
-        if bl.owned_queue or (bl.durable_sub and closed):
-            self.remove_queue(bl.queue.name, "closed with its link")
+    def _unbind(self, bl: BrokerLink, *, failed: bool) -> None:
+        if bl.mode == BrokerLink.BROWSE:
+            self.browsing.unbind(bl)
+        else:
+            self.delivery.unbind(bl, failed=failed)
+
+    def _drop_owned(self, bl: BrokerLink, closed: bool, *, connection_gone: bool = False) -> str | None:
+        """A temporary queue (dynamic source, non-durable subscription) goes with its link; a durable
+        subscription only when the link is closed (not detached). With <security-settings> the user needs
+        deleteNonDurableQueue / deleteDurableQueue on the queue's address (Artemis' destroyQueue checks):
+        without it a temporary queue stays until its connection closes (then it goes without a check, as
+        Artemis removes a closed session's temporary queues), a durable subscription stays and the
+        permission lacked is returned (the close is answered with it)."""
+        if bl.incoming or bl.mode == BrokerLink.BROWSE or bl.queue is None or \
+                bl.queue.name not in self.addressing.queues:
+            return None
+        name = bl.queue.name
+        address = self.addressing.address_of(name)
+        if bl.owned_queue:
+            if not connection_gone and not self._permits(bl.engine, "deleteNonDurableQueue", address):
+                log.info("queue %s kept until connection %d closes", name, bl.engine.id)
+                bl.engine.app.kept_queues.append(name)
+                return None
+            self.remove_queue(name, "closed with its link")
+        elif bl.durable_sub and closed:
+            if not self._permits(bl.engine, "deleteDurableQueue", address):
+                return "deleteDurableQueue"
+            self.remove_queue(name, "closed with its link")
+        return None
 
     def remove_queue(self, name: str, reason: str) -> int:
         """Forget a queue: detach the links bound to it, journal the removal of its durable messages.
         Returns how many messages it held."""
         q, _info = self.addressing.forget_queue(name)
-        unbind = self.delivery.unbind
+        unbind = self._unbind
         for bc in list(self.connections):
             for lp, bl in list(bc.links.items()):
                 if bl.queue is q:
@@ -356,20 +398,29 @@ class Broker(ConnectionHandler):
     def on_link_close(self, engine, link, closed: bool) -> None:
         bl = engine.app.links.pop(link, None)
         if bl is not None:
-            self.delivery.unbind(bl, failed=False)
-            self._drop_owned(bl, closed)
+            self._unbind(bl, failed=False)
+            name = bl.queue.name if bl.queue is not None else None
+            lacking = self._drop_owned(bl, closed)
             cond = raw.link_object(link).remote_condition
             if cond is not None:
                 log.info("link %s closed by peer: %s %s", bl.name, cond.name, cond.description or "")
+            if lacking is not None:  # our end of the close says why the subscription stays
+                engine.close_link(link, "amqp:unauthorized-access",
+                                  f"user {engine.user!r} lacks the {lacking} permission on "
+                                  f"{self.addressing.address_of(name)}: subscription {name} kept"[:200])
         engine.wake()
 
     def on_connection_close(self, engine) -> None:
         bc = engine.app
         self.connections.discard(bc)  # first: a queue removed below must not try to detach links here
         for bl in list(bc.links.values()):
-            self.delivery.unbind(bl, failed=True)
-            self._drop_owned(bl, False)
+            self._unbind(bl, failed=True)
+            self._drop_owned(bl, False, connection_gone=True)
         bc.links.clear()
+        for name in bc.kept_queues:  # their links closed without deleteNonDurableQueue
+            if name in self.addressing.queues:
+                self.remove_queue(name, "removed with its connection")
+        bc.kept_queues.clear()
         self.connections.discard(bc)
         self.on_batch_end()  # hand back what the connection's consumers held to other consumers
         log.info("connection %d (%s) closed%s", engine.id, engine.remote_host,

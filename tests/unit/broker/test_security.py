@@ -232,9 +232,8 @@ def test_the_most_specific_security_setting_decides(tmp_path):
 
 
 @pytest.mark.parametrize("permission,words", [
-    ('<permission type="browse" roles="amq"/>', "'browse' is not enforced yet"),
-    ('<permission type="deleteDurableQueue" roles="amq"/>', "'deleteDurableQueue' is not enforced yet"),
     ('<permission type="sned" roles="amq"/>', "unknown permission type 'sned'"),
+    ('<permission type="deleteQueue" roles="amq"/>', "unknown permission type 'deleteQueue'"),
     ('<permission type="send"/>', "roles"),
 ])
 def test_permission_errors_name_file_and_line(tmp_path, permission, words):
@@ -242,6 +241,234 @@ def test_permission_errors_name_file_and_line(tmp_path, permission, words):
     with pytest.raises(BrokerConfigError) as info:
         secured_config(tmp_path, body)
     assert info.value.line == line_of(core(body), "<permission") and words in info.value.message
+
+
+#: The block `artemis create` writes into broker.xml: all ten permission types for role amq.
+ARTEMIS_DEFAULT_SETTINGS = """<security-settings>
+  <security-setting match="#">
+    <permission type="createNonDurableQueue" roles="amq"/>
+    <permission type="deleteNonDurableQueue" roles="amq"/>
+    <permission type="createDurableQueue" roles="amq"/>
+    <permission type="deleteDurableQueue" roles="amq"/>
+    <permission type="createAddress" roles="amq"/>
+    <permission type="deleteAddress" roles="amq"/>
+    <permission type="consume" roles="amq"/>
+    <permission type="browse" roles="amq"/>
+    <permission type="send" roles="amq"/>
+    <!-- we need this otherwise ./artemis data imp wouldn't work -->
+    <permission type="manage" roles="amq"/>
+  </security-setting>
+</security-settings>"""
+
+ALL_TEN = ("createNonDurableQueue", "deleteNonDurableQueue", "createDurableQueue", "deleteDurableQueue",
+           "createAddress", "deleteAddress", "consume", "browse", "send", "manage")
+
+
+def test_the_security_block_artemis_create_writes_loads(tmp_path):
+    from broker.security import ENFORCED_PERMISSIONS, UNENFORCED_PERMISSIONS, permitted, user_roles
+
+    assert set(ALL_TEN) == set(ENFORCED_PERMISSIONS) and not UNENFORCED_PERMISSIONS
+    cfg, _ = secured_config_roles(tmp_path, ARTEMIS_DEFAULT_SETTINGS, "amq = ann\n")
+    sec = cfg.security
+    for permission in ALL_TEN:
+        assert permitted(sec.settings, user_roles(sec, "ann"), permission, "any.address")
+        assert not permitted(sec.settings, user_roles(sec, "pete"), permission, "any.address")
+
+
+def secured_config_roles(tmp_path, body, roles: str):
+    from broker.config import load_broker_config as load
+
+    xml = tmp_path / "broker.xml"
+    xml.write_text(core(body))
+    (tmp_path / "artemis-users.properties").write_text("ann = a\npete = p\ncora = c\n")
+    (tmp_path / "artemis-roles.properties").write_text(roles)
+    return load(xml), xml
+
+
+# --- permissions enforced on links, in memory (a real SASL PLAIN login through the broker's acceptor settings) ---
+
+#: The Artemis default block for amq (ann), and role app (pete) without the delete types nor browse.
+ROLE_SETTINGS = ARTEMIS_DEFAULT_SETTINGS.replace(
+    "</security-settings>",
+    """<security-setting match="limited.#">
+    <permission type="createNonDurableQueue" roles="amq, app"/>
+    <permission type="createDurableQueue" roles="amq, app"/>
+    <permission type="createAddress" roles="amq, app"/>
+    <permission type="consume" roles="amq, app"/>
+    <permission type="send" roles="amq, app"/>
+    <permission type="deleteNonDurableQueue" roles="amq"/>
+    <permission type="deleteDurableQueue" roles="amq"/>
+    <permission type="deleteAddress" roles="amq"/>
+    <permission type="browse" roles="amq"/>
+  </security-setting>
+  <security-setting match="temp.#">
+    <permission type="createNonDurableQueue" roles="amq, app"/>
+    <permission type="consume" roles="amq, app"/>
+    <permission type="deleteNonDurableQueue" roles="amq"/>
+  </security-setting>
+</security-settings>""")
+
+
+@pytest.fixture
+def secured_broker(tmp_path):
+    from broker.addressing import TEMP_PREFIX
+    from broker.server import Broker
+    from tests.unit.enginepair import RouterHarness
+
+    assert TEMP_PREFIX.startswith("temp.")  # the temp.# setting above governs dynamic queues
+    body = ("<persistence-enabled>false</persistence-enabled>\n" + ROLE_SETTINGS +
+            '\n<addresses><address name="limited.q"><anycast><queue name="limited.q"/></anycast></address>'
+            '<address name="limited.news"><multicast/></address></addresses>')
+    cfg, _ = secured_config_roles(tmp_path, body, "amq = ann\napp = pete\n")
+    b = Broker(cfg)
+    b.open_journal()
+    return b, RouterHarness(router=b)
+
+
+def login(harness, user: str, password: str, container: str | None = None):
+    """A Peer that logs in with SASL PLAIN (in memory: proton must be told PLAIN is fine unencrypted)."""
+    from tests.unit.enginepair import Peer
+
+    peer = Peer(sasl=False, container=container)
+    peer.transport.unbind()   # the user name is read when the transport is bound
+    peer.connection.user, peer.connection.password = user, password
+    sasl = peer.transport.sasl()
+    sasl.allowed_mechs("PLAIN")
+    sasl.allow_insecure_mechs = True
+    peer.transport.bind(peer.connection)
+    b = harness.router
+    harness.connect(peer, sasl_users=b.cfg.security.users, sasl_mechanisms=ACCEPTOR_MECHANISMS,
+                    authenticate_peer=True)
+    assert peer.router_engine.user == user
+    return peer
+
+
+def copy_receiver(peer, address: str, credit: int):
+    import proton
+
+    rcv = peer.receiver(address, name=f"browse-{address}", open=False)
+    rcv.source.distribution_mode = proton.Terminus.DIST_MODE_COPY
+    rcv.open()
+    rcv.flow(credit)
+    return rcv
+
+
+def refusal(link) -> tuple | None:
+    cond = link.remote_condition
+    return (cond.name, cond.description) if cond is not None else None
+
+
+def test_browse_needs_the_browse_permission(secured_broker):
+    b, h = secured_broker
+    ann, pete = login(h, "ann", "a"), login(h, "pete", "p")
+    snd = pete.sender("limited.q")
+    h.pump()
+    pete.send(snd, body="look")
+    h.pump()
+    looking = copy_receiver(ann, "limited.q", 5)
+    h.pump()
+    assert refusal(looking) is None and ann.bodies(looking) == ["look"]
+    denied = copy_receiver(pete, "limited.q", 5)
+    h.pump()
+    name, why = refusal(denied)
+    assert name == "amqp:unauthorized-access" and "browse" in why and "limited.q" in why
+    assert pete.bodies(denied) == [] and b.queues["limited.q"].message_count == 1
+    taking = pete.receiver("limited.q", credit=5)           # consume is a different permission
+    h.pump()
+    assert refusal(taking) is None and pete.bodies(taking) == ["look"]
+
+
+def subscribe(peer, address: str, *, durable: bool, name: str):
+    import proton
+
+    rcv = peer.receiver(address, name=name, open=False)
+    if durable:
+        rcv.source.durability = proton.Terminus.DELIVERIES
+        rcv.source.expiry_policy = proton.Terminus.EXPIRE_NEVER
+    rcv.open()
+    rcv.flow(10)
+    return rcv
+
+
+@pytest.mark.parametrize("user,password,deleted", [("ann", "a", True), ("pete", "p", False)])
+def test_closing_a_non_durable_subscription_needs_delete_non_durable_queue(secured_broker, caplog, user,
+                                                                          password, deleted):
+    b, h = secured_broker
+    peer = login(h, user, password)
+    rcv = subscribe(peer, "limited.news", durable=False, name="sub")
+    h.pump()
+    assert refusal(rcv) is None and len(b.multicast_queues("limited.news")) == 1
+    with caplog.at_level("INFO", logger="broker.server"):
+        rcv.close()
+        h.pump()
+    assert refusal(rcv) is None                              # the close itself is not refused
+    assert len(b.multicast_queues("limited.news")) == (0 if deleted else 1)
+    if not deleted:
+        assert "refused deleteNonDurableQueue on limited.news" in caplog.text
+        assert "kept until connection" in caplog.text
+        peer.connection.close()                              # the connection closing removes it, unchecked
+        h.pump()
+        assert b.multicast_queues("limited.news") == []
+
+
+def test_a_denied_non_durable_subscription_goes_when_its_connection_drops(secured_broker):
+    b, h = secured_broker
+    pete = login(h, "pete", "p")
+    rcv = subscribe(pete, "limited.news", durable=False, name="sub")
+    h.pump()
+    rcv.close()
+    h.pump()
+    assert len(b.multicast_queues("limited.news")) == 1
+    h.drop(pete)
+    assert b.multicast_queues("limited.news") == []
+
+
+@pytest.mark.parametrize("user,password,deleted", [("ann", "a", True), ("pete", "p", False)])
+def test_closing_a_dynamic_receiver_needs_delete_non_durable_queue(secured_broker, user, password, deleted):
+    from broker.addressing import TEMP_PREFIX
+
+    b, h = secured_broker
+    peer = login(h, user, password)
+    rcv = peer.receiver(dynamic=True, credit=1)
+    h.pump()
+    assert refusal(rcv) is None
+    [temp] = [n for n in b.queues if n.startswith(TEMP_PREFIX)]
+    rcv.close()
+    h.pump()
+    assert (temp in b.queues) is not deleted
+    peer.connection.close()
+    h.pump()
+    assert temp not in b.queues
+
+
+@pytest.mark.parametrize("user,password,deleted", [("ann", "a", True), ("pete", "p", False)])
+def test_closing_a_durable_subscription_needs_delete_durable_queue(secured_broker, user, password, deleted):
+    b, h = secured_broker
+    peer = login(h, user, password, container="app")
+    rcv = subscribe(peer, "limited.news", durable=True, name="s1")
+    h.pump()
+    assert refusal(rcv) is None and "app.s1" in b.queues
+    rcv.close()
+    h.pump()
+    assert ("app.s1" in b.queues) is not deleted
+    if deleted:
+        assert refusal(rcv) is None
+    else:
+        name, why = refusal(rcv)
+        assert name == "amqp:unauthorized-access" and "deleteDurableQueue" in why and "app.s1" in why
+        peer.connection.close()
+        h.pump()
+        assert "app.s1" in b.queues                          # a durable subscription outlives its connection
+
+
+def test_detaching_a_durable_subscription_needs_no_delete_permission(secured_broker):
+    b, h = secured_broker
+    pete = login(h, "pete", "p", container="app")
+    rcv = subscribe(pete, "limited.news", durable=True, name="s1")
+    h.pump()
+    rcv.detach()
+    h.pump()
+    assert "app.s1" in b.queues and refusal(rcv) is None
 
 
 def test_security_settings_without_logins_are_refused(tmp_path):

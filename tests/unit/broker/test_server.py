@@ -547,19 +547,20 @@ def test_an_aborted_multi_frame_delivery_leaves_nothing_and_the_link_goes_on(har
     assert outcome(after)["state"] == "accepted" and b.queues["orders"].message_count == 1
 
 
-def test_a_browser_is_refused_rather_than_served_as_a_consumer(harness):
-    """distribution-mode copy (a JMS QueueBrowser) must not take the messages it wants to look at."""
+def test_a_browser_is_served_without_taking_the_messages(harness):
+    """distribution-mode copy (a JMS QueueBrowser) sees the messages and leaves them (broker/browse.py;
+    tests/unit/broker/test_browse.py has the details)."""
     b = harness.router
     c = harness.connect()
     snd = c.sender("q")
     harness.pump()
     c.send(snd, body="keep me")
     harness.pump()
-    browser = c.session.receiver("browser")
-    browser.source.address = "q"
+    browser = c.receiver("q", name="browser", open=False)
     browser.source.distribution_mode = proton.Terminus.DIST_MODE_COPY
     browser.open()
     browser.flow(5)
     harness.pump()
-    assert browser.remote_condition is not None and browser.remote_condition.name == "amqp:not-implemented"
+    assert browser.remote_condition is None
+    assert c.bodies(browser) == ["keep me"]
     assert [q["messageCount"] for q in b.mgmt_queues() if q["name"] == "q"] == [1]
