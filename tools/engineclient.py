@@ -217,6 +217,7 @@ class EngineClient:
         self.links: dict = {}  # link pointer -> _Link, while the link is attached
         self.ended: str | None = None  # why the connection is over, once it is
         self._closing = False
+        self._login_refused = False
         settings = settings or ConnectionSettings()
         self.container_id = settings.container_id
         deadline = self.deadline(timeout)
@@ -256,14 +257,20 @@ class EngineClient:
                    ssl_context=ssl_context if tls else None, server_hostname=server_hostname, timeout=timeout)
 
     # -- links --------------------------------------------------------------------------------------------
-    def dynamic_receiver(self, timeout: float | None = None) -> Receiver:
-        """A receiver whose source the peer creates; its address (for reply-to) is the peer's choice."""
+    def dynamic_receiver(self, timeout: float | None = None, *, credit: int = 0) -> Receiver:
+        """A receiver whose source the peer creates; its address (for reply-to) is the peer's choice.
+
+        ``credit``: messages the peer may send before :meth:`Receiver.receive` is called (the caller's bound
+        on what waits); with 0, credit is granted only while receive() waits."""
         obj = self._session.receiver(f"{self.container_id}-{uuid.uuid4()}")  # link names as proton's
         obj.source.dynamic = True
         obj.max_message_size = MAX_MESSAGE_BYTES
         rec = self._attach(obj, incoming=True, address=None, timeout=timeout)
         if not rec.address:
             raise LinkRefused(f"{self.peer} attached the dynamic receiver without assigning an address")
+        if credit:
+            raw.link_flow(rec.ptr, credit)
+            self.flush()
         return Receiver(self, rec)
 
     def sender(self, address: str, timeout: float | None = None) -> Sender:
@@ -375,26 +382,32 @@ class EngineClient:
             return
         engine = self.engine
         sasl = engine.sasl
-        if sasl is not None and sasl.failed:
+        if sasl is not None and sasl.failed:  # our SASL client (SCRAM, PLAIN) says why
             verdict = "refused" if (sasl.error or "").startswith(AUTH_FAILED) else "failed"
+            self._login_refused = True
             self.ended = f"SASL login to {self.peer} {verdict}: {sasl.error}"
             return
-        name, description = raw.connection_remote_condition(raw.pointer(engine.connection))
         if engine.remote_closed:
-            text = _condition_text(name, description)
+            text = _condition_text(*raw.connection_remote_condition(raw.pointer(engine.connection)))
             self.ended = f"connection closed by {self.peer}" + (f": {text}" if text else "")
-        else:
-            self.ended = f"connection to {self.peer} lost" + (f": {engine.error}" if engine.error else "")
+            return
+        # proton's SASL (ANONYMOUS) reports through the transport's condition, possibly only after this call
+        name, description = raw.transport_condition(raw.pointer(engine.transport))
+        if name == AUTH_FAILED and not engine.opened_at_remote:
+            self._login_refused = True
+            self.ended = (f"SASL login to {self.peer} refused: {_condition_text(name, description)}"
+                          + ("" if engine.settings.sasl_username else
+                             " (an anonymous login: the server asks for a user name and password)"))
+            return
+        why = engine.error or _condition_text(name, description)
+        self.ended = f"connection to {self.peer} lost" + (f": {why}" if why else "")
 
     def check_connection(self) -> None:
         """Raise the reason the connection ended, if it did."""
         if self.ended is None and self.engine.finished and not self._closing:
             self.connection_ended()
         if self.ended is not None:
-            sasl = self.engine.sasl
-            if sasl is not None and sasl.failed:
-                raise LoginRefused(self.ended)
-            raise EngineClientError(self.ended)
+            raise (LoginRefused if self._login_refused else EngineClientError)(self.ended)
 
     def check_link(self, rec: _Link) -> None:
         self.check_connection()
