@@ -6,10 +6,12 @@ SCRAM over TLS to a secured broker."""
 from __future__ import annotations
 
 import pathlib
+import time
 
 import pytest
 import trustme
-from proton import Message, SSLDomain
+from proton import Data, Message, SSLDomain
+from proton.reactor import Container, Copy, DurableSubscription
 from proton.utils import BlockingConnection
 
 from tests.system.brokerharness import TIMEOUT, BrokerProcess
@@ -259,3 +261,143 @@ def test_need_client_auth_requires_a_certificate_signed_by_the_trust_store(tmp_p
         refused(port, presenting("stranger"), sasl_enabled=False)              # signed by another CA
     finally:
         assert broker.stop() == 0
+
+
+# --- the security block `artemis create` writes: browse and the delete permissions ------------------------------
+
+#: Artemis' default block (role amq: all ten types, as `artemis create` writes it) plus, for limited.#, a role
+#: app that may send, consume and create but neither delete queues nor browse.
+ARTEMIS_DEFAULT = """<security-enabled>true</security-enabled>
+  <security-settings>
+    <security-setting match="#">
+      <permission type="createNonDurableQueue" roles="amq"/>
+      <permission type="deleteNonDurableQueue" roles="amq"/>
+      <permission type="createDurableQueue" roles="amq"/>
+      <permission type="deleteDurableQueue" roles="amq"/>
+      <permission type="createAddress" roles="amq"/>
+      <permission type="deleteAddress" roles="amq"/>
+      <permission type="consume" roles="amq"/>
+      <permission type="browse" roles="amq"/>
+      <permission type="send" roles="amq"/>
+      <!-- we need this otherwise ./artemis data imp wouldn't work -->
+      <permission type="manage" roles="amq"/>
+    </security-setting>
+    <security-setting match="limited.#">
+      <permission type="createNonDurableQueue" roles="amq, app"/>
+      <permission type="createDurableQueue" roles="amq, app"/>
+      <permission type="createAddress" roles="amq, app"/>
+      <permission type="consume" roles="amq, app"/>
+      <permission type="send" roles="amq, app"/>
+      <permission type="deleteNonDurableQueue" roles="amq"/>
+      <permission type="deleteDurableQueue" roles="amq"/>
+      <permission type="deleteAddress" roles="amq"/>
+      <permission type="browse" roles="amq"/>
+    </security-setting>
+  </security-settings>"""
+
+
+class Topic:
+    """Link option: the source asks for a topic (an auto-created address is then multicast)."""
+
+    def apply(self, link) -> None:
+        caps = link.source.capabilities
+        caps.put_array(False, Data.SYMBOL)
+        caps.enter()
+        caps.put_symbol("topic")
+        caps.exit()
+
+    def test(self, link) -> bool:
+        return link.is_receiver
+
+
+@pytest.fixture(scope="module")
+def artemis_default(tmp_path_factory, ca):
+    workdir = tmp_path_factory.mktemp("artemis-default")
+    (workdir / "artemis-roles.properties").write_text("amq = ann\napp = pete\n")
+    broker = start_broker(workdir, ca, users="ann = a1\npete = p1\n", security=ARTEMIS_DEFAULT)
+    yield broker, workdir / "ca.pem"
+    broker.stop()
+
+
+def wait_for_log(broker, text: str, timeout: float = TIMEOUT) -> str:
+    """The broker's log once it holds ``text`` (log lines are written as the broker acts)."""
+    path = broker.conf.parent / "broker.stderr"
+    deadline = time.monotonic() + timeout
+    while True:
+        log = path.read_text()
+        if text in log:
+            return log
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} not in the broker log: {log[-3000:]}")
+        time.sleep(0.05)
+
+
+def test_a_browser_needs_browse_and_leaves_the_messages_to_consumers(artemis_default):
+    ann, pete = login(artemis_default, "ann", "a1"), login(artemis_default, "pete", "p1")
+    try:
+        sender = pete.create_sender("limited.q")
+        for body in ("first", "second"):
+            sender.send(Message(body=body))
+        browser = ann.create_receiver("limited.q", credit=10, options=Copy())   # a JMS QueueBrowser's attach
+        seen = [browser.receive(timeout=TIMEOUT) for _ in range(2)]
+        browser.accept()
+        browser.accept()
+        assert [m.body for m in seen] == ["first", "second"]
+        error = attach_error(lambda: pete.create_receiver("limited.q", options=Copy()))
+        assert "amqp:unauthorized-access" in error and "browse" in error
+        consumer = pete.create_receiver("limited.q", name="consumer", credit=10)   # it still gets both
+        got = [consumer.receive(timeout=TIMEOUT) for _ in range(2)]
+        consumer.accept()
+        consumer.accept()
+        assert [m.body for m in got] == ["first", "second"]
+    finally:
+        ann.close()
+        pete.close()
+
+
+def test_topic_subscribers_closing_need_the_delete_queue_permissions(artemis_default):
+    broker, _ca_file = artemis_default
+    ann, pete = login(artemis_default, "ann", "a1"), login(artemis_default, "pete", "p1")
+    try:
+        # amq may delete its non-durable subscription queue: it goes with the link.
+        ann.create_receiver("limited.news", name="ann-sub", options=Topic()).close()
+        wait_for_log(broker, "closed with its link")
+        # app may not (Artemis' AMQ229213 ... DELETE_NON_DURABLE_QUEUE): kept until its connection closes.
+        pete.create_receiver("limited.news", name="pete-sub", options=Topic()).close()
+        wait_for_log(broker, "user 'pete' refused deleteNonDurableQueue on limited.news")
+        wait_for_log(broker, "kept until connection")
+        pete.close()
+        wait_for_log(broker, "removed with its connection")
+    finally:
+        ann.close()
+        pete.close()
+
+
+def test_closing_a_durable_subscription_without_delete_durable_queue_keeps_it(artemis_default):
+    def durable_subscriber():
+        container = Container()
+        container.container_id = "pete-app"
+        conn = connect(artemis_default[0].ports["amqps"], trusting(artemis_default[1]), container=container,
+                       user="pete", password="p1", allowed_mechs="PLAIN")
+        return conn, conn.create_receiver("limited.events", name="audit", credit=10,
+                                          options=[Topic(), DurableSubscription()])
+
+    conn, receiver = durable_subscriber()
+    try:
+        receiver.close()
+        cond = receiver.link.remote_condition
+        assert cond is not None and cond.name == "amqp:unauthorized-access", cond
+        assert "deleteDurableQueue" in cond.description and "pete-app.audit" in cond.description
+    finally:
+        conn.close()
+    producer = login(artemis_default, "pete", "p1")
+    try:
+        producer.create_sender("limited.events").send(Message(body="kept for the subscription"))
+    finally:
+        producer.close()
+    conn, receiver = durable_subscriber()                  # the subscription is still there, with the message
+    try:
+        assert receiver.receive(timeout=TIMEOUT).body == "kept for the subscription"
+        receiver.accept()
+    finally:
+        conn.close()
