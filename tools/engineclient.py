@@ -38,6 +38,7 @@ import proton
 from wire import raw
 from wire.assembly import KEEP
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
+from wire.sasl import warn_plaintext_password
 from wire.saslserver import AUTH_FAILED
 
 DEFAULT_TIMEOUT = 10.0
@@ -222,6 +223,8 @@ class EngineClient:
         self.container_id = settings.container_id
         deadline = self.deadline(timeout)
         self.sock = self._open_socket(host, port, ssl_context, server_hostname or host, timeout)
+        if ssl_context is None:
+            warn_plaintext_password(settings, self.peer)  # PLAIN in clear to another machine: a warning
         try:
             self.engine = EngineConnection(_Handler(self), settings, server=False, remote_host=self.peer,
                                            virtual_host=host)

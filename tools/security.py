@@ -1,4 +1,5 @@
-"""Security options shared by the tools (tdstat, tdmanage, tdbench): TLS and SASL in qdstat/qdmanage's names.
+"""Security options shared by the tools (tdstat, tdmanage, tdbench, ``tddemo brokerless --router``): TLS and
+SASL in qdstat/qdmanage's names.
 
     --ssl-certificate FILE --ssl-key FILE   a client certificate (for SASL EXTERNAL or client-verifying listeners)
     --ssl-trustfile FILE                    CA certificates the server's certificate must chain to
@@ -30,7 +31,8 @@ ANONYMOUS, PLAIN and EXTERNAL but not SCRAM; when ``--sasl-mechanisms`` names a 
 with :mod:`tools.engineclient` instead, which logs in through wire's SASL client (SCRAM, and PLAIN as a
 fallback in the same list) over the stdlib's ``ssl`` with the same verification rules
 (:meth:`Security.client_ssl_context`). Such a list cannot mix in EXTERNAL or ANONYMOUS. Python's ``ssl``
-matches IP addresses too, so the name-check hint above concerns proton's connections only.
+matches IP addresses too, so the name-check hint above concerns proton's connections only. tddemo's clients
+are proton reactor clients: TLS, PLAIN, EXTERNAL and ANONYMOUS, and SCRAM refused with the reason.
 """
 
 from __future__ import annotations
