@@ -35,7 +35,7 @@ from typing import Callable
 
 from broker.links import BrokerLink
 from broker.queue import Queue
-from wire import raw
+from wire import assembly, raw
 
 log = logging.getLogger("broker.server")
 
@@ -113,9 +113,8 @@ class Browsing:
     def on_message(self, engine, bl: BrokerLink, d, payload) -> None:
         """Not reached: a browser's link is outgoing."""
 
-    def on_partial(self, engine, bl: BrokerLink, d, held: int) -> int:  # pragma: no cover - outgoing link
-        from wire import assembly
-
+    def on_partial(self, engine, bl: BrokerLink, d, held: int) -> int:
+        """Not reached: a browser's link is outgoing."""
         return assembly.KEEP
 
     def on_oversized(self, engine, bl: BrokerLink, d, limit: int) -> None:

@@ -236,3 +236,29 @@ async def test_paged_messages_are_shown_in_order_as_they_come_back_into_memory(t
     await settle_io(b, h, until=consumed)
     assert taken == list(range(60))
     assert [r.message.id for r in c.received(rcv)] == list(range(60))   # the paged ones too, in order
+
+
+def test_a_message_arriving_while_a_consumer_waits_is_shown_to_the_browser_too(harness):
+    """Browsers are served before consumers in each batch: a message a waiting consumer takes at once is
+    still shown (it was in the queue when it arrived)."""
+    c = harness.connect()
+    rcv = browser(c, "orders", credit=5)
+    cons = harness.connect()
+    got = cons.receiver("orders", credit=5, settled=True)   # pre-settled: gone as soon as it is sent
+    harness.pump()
+    fill(harness, c, "orders", ["quick"])
+    assert cons.bodies(got) == ["quick"] and c.bodies(rcv) == ["quick"]
+    assert harness.router.queues["orders"].message_count == 0
+
+
+def test_a_pre_settled_browser_is_sent_settled_deliveries(harness):
+    c = harness.connect()
+    fill(harness, c, "orders", ["s"])
+    rcv = c.receiver("orders", name="browser", settled=True, open=False)
+    rcv.source.distribution_mode = proton.Terminus.DIST_MODE_COPY
+    rcv.open()
+    rcv.flow(1)
+    harness.pump()
+    [seen] = c.received(rcv)
+    assert seen.body == "s" and seen.delivery.settled
+    assert harness.router.queues["orders"].message_count == 1
