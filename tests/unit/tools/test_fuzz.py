@@ -140,3 +140,75 @@ def test_a_stream_of_malformed_control_messages_costs_a_rate_limited_log_line(ca
             engine.receive("conn-A", bad, 1.0 + i * 0.01)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert 1 <= len(warnings) <= 2, f"{len(warnings)} warnings for 100 bad messages in one second"
+
+
+# -- the security targets (issue 12) catch what they are there to catch ---------------------------------------
+
+@pytest.fixture
+def security_target(monkeypatch):
+    """A security fuzz target set up in this process; what its set-up changes for the whole process (the
+    root logger's handlers and levels, wire.saslserver's nonce source) is put back afterwards."""
+    import wire.saslserver
+    from tools.fuzz import load_target
+
+    root = logging.getLogger()
+    handlers, levels = list(root.handlers), {n: logging.getLogger(n).level for n in ("", "wire.connection",
+                                                                                      "wire.saslserver")}
+    monkeypatch.setattr(wire.saslserver, "secrets", wire.saslserver.secrets)
+
+    def make(name):
+        target = load_target(name)
+        target.setup()
+        return target
+
+    yield make
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    for h in handlers:
+        root.addHandler(h)
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_sasl_server_target_passes_its_seeds_and_catches_a_server_that_lets_a_wrong_password_in(security_target,
+                                                                                                  monkeypatch):
+    """The seeds log in with a wrong password (PLAIN and SCRAM): a server that took it must be a violation."""
+    from tools.fuzz.harness import Violation
+    from wire.users import UserRecord
+
+    target = security_target("sasl-server")
+    seeds = target.seeds()
+    for seed in seeds:
+        target.execute(seed)
+    monkeypatch.setattr(UserRecord, "check_password", lambda self, password: True)
+    caught = []
+    for seed in seeds:
+        try:
+            target.execute(seed)
+        except Violation as v:
+            caught.append(v.signature)
+    assert caught and all(s.startswith("authenticatePeer: ") for s in caught), caught
+
+
+def test_broker_properties_target_catches_an_error_naming_a_line_past_the_end(security_target, monkeypatch):
+    """The FILE:LINE property of the files targets (finding 11 without its fix)."""
+    import broker.security
+    from tools.fuzz.harness import Violation
+
+    target = security_target("broker-properties")
+    data = b"a = b\x0c\x0cbroken\n"
+    target.execute(data)
+    monkeypatch.setattr(broker.security, "editor_lines", str.splitlines)
+    with pytest.raises(Violation, match="names a line past the end"):
+        target.execute(data)
+
+
+def test_tls_handshake_target_recipes_edit_a_recorded_client_flight(security_target):
+    target = security_target("tls-handshake")
+    flight = target.flights[1]
+    assert target.client_bytes(bytes((1, 0, 0))) == flight  # no cut, no edit
+    assert target.client_bytes(bytes((1, 0, 10))) == flight[:10]
+    assert target.client_bytes(bytes((1, 0, 0, 0, 0, 0x15))) == b"\x15" + flight[1:]
+    assert target.client_bytes(b"\x16\x03\x01junk") == b"\x16\x03\x01junk"  # a record as it is
+    for seed in target.seeds():
+        target.execute(seed)
