@@ -16,7 +16,9 @@ calls back), in the manner of Dispatch's routing core holding its sub-engines:
 * ``inter_router`` (router/interrouter.py): inter-router connections' links and control messages;
 * ``edge`` (router/edge.py): the uplink of an edge router, edge mode only;
 * ``auto_links`` (router/autolinks.py), ``link_router`` (router/linkroutes.py);
-* ``control`` (router/control.py): what management changes, as methods.
+* ``control`` (router/control.py): what management changes, as methods;
+* ``policing`` (router/policing.py): the vhost policy (router/policy.py) applied to connections, sessions
+  and attaches, with a gate (router/policygate.py) owning a policed connection's incoming links.
 
 One :class:`wire.assembly.MessageAssembler` serves every engine of the router, so that the bytes of
 messages still arriving count in the router's budget and stalled ones are found in one place.
@@ -24,7 +26,6 @@ messages still arriving count in the router's budget and stalled ones are found 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import secrets
 import time
@@ -35,7 +36,7 @@ from wire import raw
 from wire.assembly import MessageAssembler
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from wire.memory import HeapTrimmer
-from wire.terminus import FALLBACK_CAPABILITY, capabilities, waypoint_ordinal
+from wire.terminus import waypoint_ordinal
 from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser, AddressTable
 from router.autolinks import AutoLinkManager
 from router.control import RouterControl
@@ -48,9 +49,8 @@ from router.linkroutes import LinkRouter, RoutedLink
 from router.links import InDelivery, RouterConnection, RouterLink
 from router.mesh import protocol as P
 from router.meshforward import DISTRIBUTION_HINT, MeshForwarding
-from router.policy import (MAX_LINKS_DEFAULT, POLICED_ROLES, RESOURCE_LIMIT_EXCEEDED as
-                           POLICY_LIMIT, SESSION_DISALLOWED, Denial, Policy)
-from router.policygate import PolicyGate
+from router.policing import Policing
+from router.policy import Policy
 
 log = logging.getLogger("router.core")
 
@@ -103,6 +103,7 @@ class Router(ConnectionHandler):
         self.flow_hooks = FlowHooks(router_id, flow_recorder) if flow_recorder is not None else None
         self.forwarder = Forwarder(addresses=self.addresses, parser=self.parser, address_config=self.address_config,
                                    budget=self.budget, clock=self.clock, links=self, flow=self.flow_hooks)
+        self.policing = Policing(self.policy, self.forwarder)  # applies it to engines (router/policing.py)
         self.mesh = None  # router.mesh.engine.RoutingEngine in interior mode
         self.edge: EdgeUplink | None = None  # in edge mode
         if self.mode == "interior":
@@ -249,12 +250,8 @@ class Router(ConnectionHandler):
         log.info("connection %d from %s opened (container %s, role %s)", engine.id, engine.remote_host,
                  engine.remote_container, engine.settings.role)
         engine.app.remote_open = True
-        if self.policy.enabled and engine.server:
-            if engine.settings.role in POLICED_ROLES:
-                if not self._admit(engine):
-                    return
-            elif engine.settings.policy_vhost and not self._admit_router(engine):
-                return
+        if self.policy.enabled and not self.policing.connection_opened(engine):
+            return
         if engine.settings.role == "inter-router":
             if self.mesh is None:
                 log.error("connection %d: inter-router connection refused: router mode is %s, not interior",
@@ -270,72 +267,8 @@ class Router(ConnectionHandler):
         if self.mesh is not None and self.link_router:
             self.link_router.refresh_advertised()
 
-    def _admit(self, engine) -> bool:
-        """Vhost policy for a connection that has just opened: approve it (and give it its group's
-        limits) or close it with the policy's condition."""
-        verdict = self.policy.open_connection(
-            hostname=engine.connection.remote_hostname, user=engine.user, remote=engine.remote_host,
-            listener_vhost=engine.settings.policy_vhost)
-        if isinstance(verdict, Denial):
-            engine.close(verdict.condition, verdict.description)
-            return False
-        rc: RouterConnection = engine.app
-        rc.policy = verdict
-        rc.gate = PolicyGate(self.forwarder, verdict)
-        group = verdict.group
-        # Our OPEN is written when output is next taken, so the group's frame size and channel-max
-        # (sessions) still make it into the frame (AMQP 1.0 §2.7.1).
-        t = engine.transport
-        t.max_frame_size = min(t.max_frame_size or group.maxFrameSize, group.maxFrameSize)
-        t.channel_max = min(t.channel_max, group.maxSessions - 1)
-        limits = [n for n in (engine.settings.max_message_size, verdict.max_message_size) if n]
-        if limits and min(limits) != engine.settings.max_message_size:
-            engine.settings = dataclasses.replace(engine.settings, max_message_size=min(limits))
-        return True
-
-    def _admit_router(self, engine) -> bool:
-        """An inter-router or edge listener with a policyVhost (a tdrouterd extension): only the users,
-        remote hosts and connection counts its vhost allows may join the mesh. The links of router
-        protocol are not policed."""
-        verdict = self.policy.open_connection(
-            hostname=engine.connection.remote_hostname, user=engine.user, remote=engine.remote_host,
-            listener_vhost=engine.settings.policy_vhost)
-        if isinstance(verdict, Denial):
-            log.warning("connection %d from %s: %s connection refused: %s (listener %s, policyVhost %s)",
-                        engine.id, engine.remote_host, engine.settings.role, verdict.reason,
-                        engine.settings.name, engine.settings.policy_vhost)
-            engine.close(verdict.condition, verdict.description)
-            return False
-        engine.app.admission = verdict
-        return True
-
     def session_refusal(self, engine, session) -> tuple[str, str] | None:
-        cp = engine.app.policy if engine.app is not None else None
-        if cp is None:
-            return None
-        if raw.count_sessions(engine.connection) >= cp.group.maxSessions:
-            cp.session_refused()
-            return POLICY_LIMIT, f"{SESSION_DISALLOWED}: maxSessions {cp.group.maxSessions} reached"
-        raw.lib.pn_session_set_incoming_capacity(session, cp.group.maxSessionWindow)
-        return None
-
-    def _policy_refuses(self, engine, link, lo, cp) -> bool:
-        """Refuse (and return True) an attach the connection's vhost policy does not allow."""
-        client_sends = not lo.is_sender
-        terminus = lo.remote_target if client_sends else lo.remote_source
-        limit = cp.group.maxSenders if client_sends else cp.group.maxReceivers
-        # Counted only under a limit: walking the connection's links is then worth it.
-        open_links = raw.count_links(engine.connection, senders=lo.is_sender) if limit < MAX_LINKS_DEFAULT else 0
-        caps = capabilities(terminus.capabilities)
-        refusal = cp.link_refusal(
-            client_sends=client_sends, address=terminus.address or None, dynamic=terminus.dynamic,
-            waypoint=waypoint_ordinal(terminus) is not None, fallback=FALLBACK_CAPABILITY in caps,
-            open_links=open_links)
-        if refusal is None:
-            return False
-        engine.refuse_link(link, *refusal)
-        engine.wake()
-        return True
+        return self.policing.session_refusal(engine, session)
 
     # -- links the router attaches itself (auto-links) --------------------------------------------
     def register_auto_link(self, rc: RouterConnection, link, auto_link) -> RouterLink:
@@ -379,7 +312,7 @@ class Router(ConnectionHandler):
         if rc.mesh is not None and self.inter_router.link_open(engine, link, lo):
             engine.wake()
             return
-        if rc.policy is not None and self._policy_refuses(engine, link, lo, rc.policy):
+        if rc.policy is not None and self.policing.link_refused(engine, link, lo, rc.policy):
             return
         if self.link_router:
             node = lo.remote_source if lo.is_sender else lo.remote_target
@@ -468,9 +401,7 @@ class Router(ConnectionHandler):
         if self.edge is not None:
             self.edge.connection_closed(rc)
         self.connections.discard(rc)
-        for admitted in (rc.policy, rc.admission):
-            if admitted is not None:
-                admitted.release()
+        self.policing.connection_closed(rc)
         self.auto_links.connection_closed(rc)
         if self.link_router.links:
             self.link_router.connection_closed(rc)
