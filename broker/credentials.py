@@ -32,18 +32,17 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from dataclasses import dataclass, field
 
 from wire.errors import LocatedError
 from wire.users import valid_user_name
 
+from .propfiles import entry_key, read_lines, write_private
+
 #: The store's file name, beside broker.xml.
 STORE_FILE = "broker-credentials.properties"
 #: Permission bits a store may not have: any access by group or others (ssh's rule for private keys).
 NOT_PRIVATE_BITS = 0o077
-#: The mode the store is written with.
-PRIVATE_MODE = 0o600
 #: A store bigger than this is not a list of passwords (bounded memory at start-up).
 MAX_STORE_BYTES = 1024 * 1024
 #: Where a login's password came from (:attr:`Login.source`).
@@ -230,42 +229,6 @@ class Credentials:
 
 # --- `tdbroker credential add|rm|list`: edit the store in place ----------------------------------------------------
 
-def _read_lines(path: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def _key_of(line: str) -> str | None:
-    try:
-        entry = _split(line)
-    except ValueError:
-        return None
-    return entry[0] if entry else None
-
-
-def _write_private(path: str, lines: list[str]) -> None:
-    """Replace ``path`` atomically with ``lines``, mode 0600 from the start (the passwords are never in a
-    file others may read, not even a temporary one)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=folder)   # mkstemp: mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), PRIVATE_MODE)
-            f.write("".join(line + "\n" for line in lines))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def check_new_entry(user: str, password: str) -> None:
     """ValueError when ``user`` or ``password`` cannot be written to, and read back from, the store (the
     message never holds the password)."""
@@ -285,21 +248,21 @@ def add_credential(config_path: str, user: str, password: str) -> None:
     """Set ``user``'s password in the store beside ``config_path`` (created, mode 0600)."""
     check_new_entry(user, password)
     path = store_path(config_path)
-    lines = [line for line in _read_lines(path) if _key_of(line) != user]
+    lines = [line for line in read_lines(path) if entry_key(line) != user]
     if not lines:
         lines = ["# tdbroker credentials store: the passwords of the broker's outgoing connections",
                  "# (user = password). Keep this file private (mode 0600); edit it with `tdbroker credential`."]
-    _write_private(path, lines + [f"{user} = {password}"])
+    write_private(path, lines + [f"{user} = {password}"])
 
 
 def remove_credential(config_path: str, user: str) -> bool:
     """Remove ``user``'s entry; False when there was none."""
     path = store_path(config_path)
-    lines = _read_lines(path)
-    kept = [line for line in lines if _key_of(line) != user]
+    lines = read_lines(path)
+    kept = [line for line in lines if entry_key(line) != user]
     if len(kept) == len(lines):
         return False
-    _write_private(path, kept)
+    write_private(path, kept)
     return True
 
 

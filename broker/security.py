@@ -34,6 +34,7 @@ from wire.tls import ARTEMIS_TLS_PARAMETERS, TlsConfigError, artemis_tls
 from wire.users import ScramCredential, UserRecord, Users, editor_line_at, editor_lines, valid_user_name
 
 from . import xmlschema as xs
+from .propfiles import entry_key, read_lines, write_private
 from .xmlschema import Ctx
 
 USERS_FILE = "artemis-users.properties"
@@ -255,31 +256,6 @@ def permitted(settings: list, roles: frozenset, permission: str, address: str) -
 
 # --- `tdbroker user add|rm|list` (Artemis' `artemis user ...`): edit the two files in place ----------------------
 
-def _read_lines(path: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def _write_lines(path: str, lines: list[str]) -> None:
-    """Write atomically, mode 0600 (the users file is a guessing target even without passwords)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)
-
-
-def _key_of(line: str) -> str | None:
-    stripped = line.strip()
-    if not stripped or stripped[0] in "#!":
-        return None
-    cut = min((i for i in (stripped.find("="), stripped.find(":")) if i >= 0), default=-1)
-    return stripped[:cut].strip() if cut > 0 else None
-
-
 def encoded_password(name: str, password: str) -> str:
     """``ENC(...)``: the SCRAM verifiers of ``password`` (tdbroker's hashed form; no password stored)."""
     return "ENC(" + " ".join(UserRecord.from_password(name, password).line().split()[1:]) + ")"
@@ -292,39 +268,39 @@ def add_user(config_path: str, name: str, password: str, roles=()) -> None:
     if not password:
         raise ValueError("the password is empty")
     upath = users_path(config_path)
-    lines = [line for line in _read_lines(upath) if _key_of(line) != name]
-    _write_lines(upath, lines + [f"{name} = {encoded_password(name, password)}"])
+    lines = [line for line in read_lines(upath) if entry_key(line) != name]
+    write_private(upath, lines + [f"{name} = {encoded_password(name, password)}"])
     if roles:
         rpath = roles_path(config_path)
-        lines = _read_lines(rpath)
+        lines = read_lines(rpath)
         wanted = list(dict.fromkeys(roles))
         for i, line in enumerate(lines):
-            role = _key_of(line)
+            role = entry_key(line)
             if role in wanted:
                 members = [m.strip() for m in line.split("=", 1)[1].split(",") if m.strip()] if "=" in line else []
                 lines[i] = f"{role} = {','.join(dict.fromkeys(members + [name]))}"
                 wanted.remove(role)
-        _write_lines(rpath, lines + [f"{role} = {name}" for role in wanted])
+        write_private(rpath, lines + [f"{role} = {name}" for role in wanted])
 
 
 def remove_user(config_path: str, name: str) -> bool:
     """Remove ``name`` from the users file and every role; False when there was no such user."""
     upath = users_path(config_path)
-    lines = _read_lines(upath)
-    kept = [line for line in lines if _key_of(line) != name]
+    lines = read_lines(upath)
+    kept = [line for line in lines if entry_key(line) != name]
     if len(kept) == len(lines):
         return False
-    _write_lines(upath, kept)
+    write_private(upath, kept)
     rpath = roles_path(config_path)
     if os.path.exists(rpath):
         out = []
-        for line in _read_lines(rpath):
-            role = _key_of(line)
+        for line in read_lines(rpath):
+            role = entry_key(line)
             if role is not None and "=" in line:
                 members = [m.strip() for m in line.split("=", 1)[1].split(",") if m.strip() and m.strip() != name]
                 line = f"{role} = {','.join(members)}"
             out.append(line)
-        _write_lines(rpath, out)
+        write_private(rpath, out)
     return True
 
 
