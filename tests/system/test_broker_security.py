@@ -14,6 +14,7 @@ from proton import Data, Message, SSLDomain
 from proton.reactor import Container, Copy, DurableSubscription
 from proton.utils import BlockingConnection
 
+from tests.artemisdefaults import ARTEMIS_CREATE_SECURITY_SETTING
 from tests.system.brokerharness import TIMEOUT, BrokerProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -267,21 +268,9 @@ def test_need_client_auth_requires_a_certificate_signed_by_the_trust_store(tmp_p
 
 #: Artemis' default block (role amq: all ten types, as `artemis create` writes it) plus, for limited.#, a role
 #: app that may send, consume and create but neither delete queues nor browse.
-ARTEMIS_DEFAULT = """<security-enabled>true</security-enabled>
+ARTEMIS_DEFAULT = f"""<security-enabled>true</security-enabled>
   <security-settings>
-    <security-setting match="#">
-      <permission type="createNonDurableQueue" roles="amq"/>
-      <permission type="deleteNonDurableQueue" roles="amq"/>
-      <permission type="createDurableQueue" roles="amq"/>
-      <permission type="deleteDurableQueue" roles="amq"/>
-      <permission type="createAddress" roles="amq"/>
-      <permission type="deleteAddress" roles="amq"/>
-      <permission type="consume" roles="amq"/>
-      <permission type="browse" roles="amq"/>
-      <permission type="send" roles="amq"/>
-      <!-- we need this otherwise ./artemis data imp wouldn't work -->
-      <permission type="manage" roles="amq"/>
-    </security-setting>
+    {ARTEMIS_CREATE_SECURITY_SETTING}
     <security-setting match="limited.#">
       <permission type="createNonDurableQueue" roles="amq, app"/>
       <permission type="createDurableQueue" roles="amq, app"/>

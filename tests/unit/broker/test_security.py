@@ -10,6 +10,7 @@ from broker.config import BrokerConfigError, load_broker_config, parse_broker_co
 from broker.security import ACCEPTOR_MECHANISMS, SecurityFileError, load_roles, load_users
 from wire.tls import ClientTls, ServerTls
 from wire.users import UserRecord
+from tests.artemisdefaults import ARTEMIS_CREATE_SECURITY_SETTING
 
 
 def core(body: str) -> str:
@@ -244,21 +245,7 @@ def test_permission_errors_name_file_and_line(tmp_path, permission, words):
 
 
 #: The block `artemis create` writes into broker.xml: all ten permission types for role amq.
-ARTEMIS_DEFAULT_SETTINGS = """<security-settings>
-  <security-setting match="#">
-    <permission type="createNonDurableQueue" roles="amq"/>
-    <permission type="deleteNonDurableQueue" roles="amq"/>
-    <permission type="createDurableQueue" roles="amq"/>
-    <permission type="deleteDurableQueue" roles="amq"/>
-    <permission type="createAddress" roles="amq"/>
-    <permission type="deleteAddress" roles="amq"/>
-    <permission type="consume" roles="amq"/>
-    <permission type="browse" roles="amq"/>
-    <permission type="send" roles="amq"/>
-    <!-- we need this otherwise ./artemis data imp wouldn't work -->
-    <permission type="manage" roles="amq"/>
-  </security-setting>
-</security-settings>"""
+ARTEMIS_DEFAULT_SETTINGS = f"<security-settings>\n  {ARTEMIS_CREATE_SECURITY_SETTING}\n</security-settings>"
 
 ALL_TEN = ("createNonDurableQueue", "deleteNonDurableQueue", "createDurableQueue", "deleteDurableQueue",
            "createAddress", "deleteAddress", "consume", "browse", "send", "manage")
