@@ -28,6 +28,7 @@ import trustme
 
 from tests.system.brokerharness import BrokerProcess
 from tests.system.harness import REPO_ROOT
+from tests.system.pki import write_pki
 from tests.system.rhea import RHEA_DIR, require_rhea
 from tools.mgmtclient import ManagementClient
 
@@ -104,21 +105,7 @@ def with_wrong_server_keys(users_line: str) -> str:
 def pki(tmp_path):
     """CA, the server's certificate for localhost, a client certificate it signed, and in ``sasl/`` the users
     file (alice) with the SASL configuration naming it."""
-    ca = trustme.CA()
-    files = {}
-
-    def write(name, blob):
-        path = tmp_path / name
-        blob.write_to_path(str(path))
-        files[name] = str(path)
-
-    write("ca.pem", ca.cert_pem)
-    server = ca.issue_cert("localhost", "127.0.0.1")
-    write("server.pem", server.cert_chain_pems[0])
-    write("server.key", server.private_key_pem)
-    client = ca.issue_cert("client.example", common_name="client.example")
-    write("client.pem", client.cert_chain_pems[0])
-    write("client.key", client.private_key_pem)
+    files = write_pki(tmp_path)
     sasl_dir = tmp_path / "sasl"
     sasl_dir.mkdir()
     tdpasswd(sasl_dir / "users.db", USER, PASSWORD)

@@ -8,17 +8,16 @@ trustme and the users file by wire.users: no key or password is committed.
 
 from __future__ import annotations
 
-import datetime
 import time
 
 import pytest
-import trustme
 from proton import SSLDomain
 from proton import ConnectionException, Message
 from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection
 
 from tests.system.clients import Consumer, Producer, close_all
+from tests.system.pki import write_pki
 from tools.mgmtclient import ManagementClient
 from wire.users import Users
 
@@ -31,28 +30,7 @@ ROUTER_USER, ROUTER_PASSWORD = "router-b", "mesh-secret"
 def pki(tmp_path):
     """CA, server certificate for localhost, a client certificate it signed and one from another CA; the
     users file (alice, router-b) and the SASL configuration naming it."""
-    ca, other = trustme.CA(), trustme.CA()
-    files = {}
-
-    def write(name, blob):
-        path = tmp_path / name
-        blob.write_to_path(str(path))
-        files[name] = str(path)
-
-    write("ca.pem", ca.cert_pem)
-    server = ca.issue_cert("localhost", "127.0.0.1")
-    write("server.pem", server.cert_chain_pems[0])
-    write("server.key", server.private_key_pem)
-    for label, issuer in (("client", ca), ("stranger", other)):
-        cert = issuer.issue_cert(f"{label}.example", common_name=f"{label}.example")
-        write(f"{label}.pem", cert.cert_chain_pems[0])
-        write(f"{label}.key", cert.private_key_pem)
-    # Signed by the right CA, but its validity ended yesterday.
-    now = datetime.datetime.now(datetime.timezone.utc)
-    expired = ca.issue_cert("expired.example", common_name="expired.example",
-                            not_before=now - datetime.timedelta(days=30), not_after=now - datetime.timedelta(days=1))
-    write("expired.pem", expired.cert_chain_pems[0])
-    write("expired.key", expired.private_key_pem)
+    files = write_pki(tmp_path, stranger=True, expired=True)
     users = Users()
     users.set_password(USER, PASSWORD)
     users.set_password(ROUTER_USER, ROUTER_PASSWORD)
