@@ -379,7 +379,9 @@ def message_to(msg: bytes) -> str | None:
 def message_user_and_to(msg: bytes, want_to: bool = True) -> tuple[bytes | None, str | None]:
     """``properties.user-id`` (bytes) and, when ``want_to``, ``properties.to`` (str), each None when absent
     or null: what a vhost policy checks on every message of a policed connection (router/policygate.py).
-    The walk is inlined like message_to's (a generic decode of the first fields cost 10% more router CPU)."""
+    The section walk is inlined like message_to's, on purpose: calling ``_walk`` instead costs about 1,000
+    router instructions per message (callgrind, 62,700 vs 61,650), and a generic decode of the first fields
+    cost 10% more router CPU."""
     try:
         n = len(msg)
         pos = 0
