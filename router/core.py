@@ -358,6 +358,8 @@ class Router(ConnectionHandler):
                     return
             engine.open_link_like_remote(link)
             rl = RouterLink(link, rc, True, addr, capacity, lo.name, rc.gate or self.forwarder)
+            if addr is not None and addr.key[0] in "RH":
+                rl.target_override = tgt.address
             self._own(rc, rl)
             if addr is not None:
                 addr.inlinks.add(rl)
@@ -521,6 +523,9 @@ class Router(ConnectionHandler):
         klass, name = self.parser.parse(address)
         bind = self.addresses.bind
         if klass == "M":
+            own = self.addresses.get("M0" + name)
+            if own is not None and own.handler is not None:
+                return own   # the router's own nodes ($management) follow no address configuration
             sem = self.address_config.semantics(name)
             if sem.distribution == UNAVAILABLE:
                 return None

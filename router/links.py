@@ -60,7 +60,7 @@ class RouterLink:
         # outgoing
         "undelivered", "unsettled", "tag_seq", "presettled_out", "dirty", "max_message_size", "fresh",
         # state and counters
-        "closed", "dynamic_address", "auto_link", "delivery_count", "accepted", "rejected", "released",
+        "closed", "dynamic_address", "target_override", "auto_link", "delivery_count", "accepted", "rejected", "released",
         "modified", "presettled", "dropped_presettled",
         # inter-router: a data link to/from a neighbour router (router annotations kept, not stripped)
         "inter_router",
@@ -96,6 +96,10 @@ class RouterLink:
         self.max_message_size = conn.engine.settings.max_message_size
         self.closed = False
         self.dynamic_address = None
+        # An incoming link whose target names another router's node (``_topo/0/<router>/<node>``,
+        # ``_edge/<edge>/<node>``): that address, carried to the mesh as x-opt-qd.to (the routing key
+        # keeps only the router).
+        self.target_override = None
         self.auto_link = None  # the AutoLink that created this link, if the router attached it
         self.delivery_count = 0
         self.accepted = 0

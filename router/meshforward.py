@@ -244,7 +244,13 @@ class MeshForwarding:
         if ra is None:
             ingress = self.id
             trace = [self.id]
-            to_override = addr.name if ind.link.address is not None and addr.key[0] == "M" else None
+            link = ind.link
+            if link.address is None:
+                to_override = None
+            elif addr.key[0] == "M":
+                to_override = addr.name
+            else:   # another router's node through a link-addressed sender (Dispatch's Node.connect(router=))
+                to_override = link.target_override
         else:
             ingress = ra.ingress or self.id
             trace = list(ra.trace or ()) + [self.id]
