@@ -29,7 +29,7 @@ from router.logsetup import configure_logging
 from router.management import ManagementAgent
 from router.policy import Policy
 from router.policyfiles import check_listener_vhosts, policy_from_config
-from router.services import ServiceManager
+from router.services import ServiceManager, role_refusal
 from wire.driver import ConnectionLimit, shut_down_on_signal
 from wire.management import MANAGEMENT_ADDRESS
 from router.security import RouterSecurity, resolve_secret
@@ -72,6 +72,12 @@ def check_config(cfg: RouterConfig) -> RouterSecurity:
         line = entity.attr_lines.get(attribute, entity.line) if attribute else entity.line
         return ConfigError(entity.path, line, message)
 
+    mode = cfg.router.get("mode") or "standalone"
+    for kind, entities in (("listener", cfg.listeners), ("connector", cfg.connectors)):
+        for entity in entities:
+            refusal = role_refusal(mode, kind, entity.get("role"))
+            if refusal is not None:
+                raise error(entity, "role", f"{kind}: {refusal}")
     security = RouterSecurity.from_config(cfg, error)
     for entity in cfg.flow_records:
         from wire.flowrecords import FlowRecordError

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import sys
 
@@ -26,8 +27,45 @@ MODULES = {
     "CONTAINER": "wire.connection",
     "CONFIG": "router.config",
     "AGENT": "router.agent",
+    "POLICY": "router.policy",
 }
 DEFAULT_LEVEL = logging.INFO
+
+#: Log records kept for management's GET-LOG (qdstat --log); older ones drop off.
+RECENT_LOG_MAX = 1000
+
+
+def dispatch_module(logger_name: str) -> str:
+    """The Dispatch module a Python logger belongs to (the most specific of MODULES), else DEFAULT."""
+    best, best_len = "DEFAULT", -1
+    for module, prefix in MODULES.items():
+        if prefix and (logger_name == prefix or logger_name.startswith(prefix + ".")) and len(prefix) > best_len:
+            best, best_len = module, len(prefix)
+    return best
+
+
+class RecentLog(logging.Handler):
+    """The last RECENT_LOG_MAX records that passed the configured levels, for GET-LOG: each as Dispatch's
+    agent gives them, ``[module, level, text, source file, line, time]``."""
+
+    def __init__(self, maximum: int = RECENT_LOG_MAX):
+        super().__init__()
+        self.records: collections.deque = collections.deque(maxlen=maximum)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string must not lose the handler
+            text = str(record.msg)
+        self.records.append([dispatch_module(record.name), record.levelname.lower(), text, record.pathname,
+                             record.lineno, record.created])
+
+    def entries(self, module: str | None = None) -> list[list]:
+        return [e for e in self.records if module is None or e[0] == module.upper()]
+
+
+#: The daemon's recent-log buffer (installed by configure_logging).
+RECENT = RecentLog()
 
 
 def level_of(enable: str | None) -> int:
@@ -60,7 +98,7 @@ def configure_logging(log_entities) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter(fmt))
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [handler, RECENT]
     root.setLevel(root_level)
     for name, lvl in specific:
         logging.getLogger(name).setLevel(lvl)

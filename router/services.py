@@ -94,6 +94,20 @@ class Service:
                 "failoverUrls": f"{scheme}://{host}:{port}"}
 
 
+def role_refusal(mode: str, kind: str, role: str | None) -> str | None:
+    """Why a router in ``mode`` cannot have a ``kind`` (listener/connector) of ``role``, as Qpid Dispatch
+    refuses it (its connection manager checks the router mode): a standalone router joins no mesh, and an
+    edge router has one kind of router connection, its uplink connector. None when allowed."""
+    role = role or "normal"
+    if mode == "standalone" and role == "inter-router":
+        return f"a standalone router cannot have an inter-router {kind}; set router mode: interior"
+    if mode == "edge" and kind == "listener" and role in ("inter-router", "edge"):
+        return f"an edge router cannot have an {role} listener (only interior routers accept them)"
+    if mode == "edge" and kind == "connector" and role == "inter-router":
+        return "an edge router cannot have an inter-router connector; connect to an interior with role: edge"
+    return None
+
+
 class ServiceManager:
     """The running listeners and connectors, by kind and name."""
 
@@ -115,6 +129,9 @@ class ServiceManager:
         table = self._services[kind]
         if entity["name"] in table:
             raise ValueError(f"name '{entity['name']}' is already in use")
+        refusal = role_refusal(self.router.mode, kind, entity.get("role"))
+        if refusal is not None:
+            raise ValueError(refusal)
         settings, tls = self.settings_for(self.router, entity, server=kind == "listener")
         svc = Service(kind, entity, settings, tls)
         if kind == "listener":

@@ -18,6 +18,7 @@ with vhost policy (router/policy.py), by the user's group's targets and sources.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -25,6 +26,7 @@ from wire import management as wm
 from wire.management import ManagementError, bad_request, not_found
 
 from router import schema
+from router.logsetup import RECENT
 from router.management.base import EntityAdapter, TYPE_PREFIX
 from router.management.configentities import config_adapters
 from router.management.entities import operational_adapters
@@ -34,7 +36,7 @@ log = logging.getLogger("router.agent")
 
 # Operations the node itself answers (org.amqp.management / management in GET-OPERATIONS).
 NODE_OPERATIONS = ("QUERY", "GET-TYPES", "GET-ATTRIBUTES", "GET-OPERATIONS", "GET-MGMT-NODES", "READ",
-                   "GET-SCHEMA")
+                   "GET-SCHEMA", "GET-JSON-SCHEMA", "GET-LOG")
 NODE_TYPES = {
     "org.apache.qpid.dispatch.entity": [],
     "org.apache.qpid.dispatch.configurationEntity": ["org.apache.qpid.dispatch.entity"],
@@ -77,7 +79,7 @@ class ManagementAgent:
             "QUERY": self._query, "READ": self._read, "CREATE": self._create, "UPDATE": self._update,
             "DELETE": self._delete, "GET-TYPES": self._get_types, "GET-ATTRIBUTES": self._get_attributes,
             "GET-OPERATIONS": self._get_operations, "GET-MGMT-NODES": self._get_mgmt_nodes,
-            "GET-SCHEMA": self._get_schema,
+            "GET-SCHEMA": self._get_schema, "GET-JSON-SCHEMA": self._get_json_schema, "GET-LOG": self._get_log,
         }.get(op)
         if handler is None:
             raise ManagementError(wm.NOT_IMPLEMENTED, f"operation '{op}' is not implemented")
@@ -155,7 +157,8 @@ class ManagementAgent:
             attrs["name"] = req.name
         self._require("CREATE", adapter)
         if attrs.get("name") is not None and any(r.get("name") == attrs["name"] for r in adapter.rows()):
-            raise bad_request(f"{adapter.short}: name '{attrs['name']}' is already in use")
+            # Dispatch's wording (python/qpid_dispatch_internal/management/agent.py)
+            raise bad_request(f"Name conflicts with an existing entity: {adapter.short} '{attrs['name']}'")
         row = adapter.create(attrs)
         log.info("management: created %s %s", adapter.short, row.get("name"))
         return wm.CREATED, row
@@ -208,6 +211,18 @@ class ManagementAgent:
         own = self.router.id
         return wm.OK, [f"amqp:/_topo/0/{n['id']}/$management" for n in self.router.mesh_nodes()
                        if n["id"] != own]
+
+    def _get_log(self, req: wm.Request) -> tuple[int, Any]:
+        """The recent log records (router/logsetup.py RECENT), optionally of one ``module``, as Dispatch's
+        GET-LOG answers: a list of ``[module, level, text, file, line, time]`` (qdstat --log)."""
+        module = req.properties.get("module")
+        if module is not None and not isinstance(module, str):
+            raise bad_request("application property 'module' must be a string")
+        return wm.OK, RECENT.entries(module)
+
+    def _get_json_schema(self, req: wm.Request) -> tuple[int, Any]:
+        """GET-SCHEMA's map as JSON text, as Dispatch answers GET-JSON-SCHEMA (qdmanage get-json-schema)."""
+        return wm.OK, json.dumps(self._get_schema(req)[1], indent=2, sort_keys=True)
 
     def _get_schema(self, req: wm.Request) -> tuple[int, Any]:
         types = {}

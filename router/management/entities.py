@@ -60,7 +60,7 @@ class RouterEntity(EntityAdapter):
         "modifiedDeliveries", "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck",
         "deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "deliveriesIngressRouteContainer",
         "deliveriesEgressRouteContainer", "deliveriesRedirectedToFallback", "linksBlocked", "uptimeSeconds",
-        "memoryUsage", "workerThreads", "defaultDistribution",
+        "memoryUsage", "workerThreads", "defaultDistribution", "metadata",
     )
 
     def rows(self) -> list[dict]:
@@ -104,6 +104,7 @@ class RouterEntity(EntityAdapter):
             "linksBlocked": 0, "uptimeSeconds": _seconds(agent.clock(), agent.started_at),
             "memoryUsage": vm_size(), "workerThreads": 1,
             "defaultDistribution": r.address_config.default_distribution,
+            "metadata": cfg.get("metadata") if cfg is not None else None,
             **totals,
         }
         return [self.row(r.id, "1", values)]
@@ -373,4 +374,21 @@ class AllocatorEntity(EntityAdapter):
 
 def operational_adapters(agent) -> list[EntityAdapter]:
     return [cls(agent) for cls in (RouterEntity, ConnectionEntity, LinkEntity, AddressEntity, NodeEntity,
-                                   AllocatorEntity)]
+                                   AllocatorEntity, ConnectionLinkRouteEntity)]
+
+
+class ConnectionLinkRouteEntity(EntityAdapter):
+    """Dispatch's connection-scoped link routes (``router.connection.linkRoute``, created on a connection by
+    its own client). tdrouterd has none: the type answers QUERY with no rows, and CREATE is refused."""
+
+    short = "router.connection.linkRoute"
+    configuration = True
+    operations = ("CREATE", "DELETE", "READ")
+    description = "Connection-scoped link routes (none: tdrouterd does not create them)."
+    attributes = ("name", "identity", "type", "pattern", "direction", "containerId")
+
+    def create(self, attrs: dict) -> dict:
+        from wire.management import ManagementError, NOT_IMPLEMENTED
+
+        raise ManagementError(NOT_IMPLEMENTED, "connection-scoped link routes are not supported by tdrouterd; "
+                                               "configure a linkRoute instead")

@@ -12,7 +12,7 @@ from tools.daemons import BROKER, ROUTER, DaemonError, DaemonProcess, Listener, 
 
 ROUTER_CONF = """\
 router {
-    mode: standalone
+    mode: interior
     id: Daemons.Test
 }
 listener {
