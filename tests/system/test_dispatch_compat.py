@@ -101,3 +101,16 @@ def test_management_of_an_interior_from_an_edge_through_a_link_addressed_sender(
             assert row["id"] == expected, (target, row)
         finally:
             node.close()
+
+
+def test_management_refuses_an_inter_router_listener_on_a_standalone_router(router_factory):
+    from tools.mgmtclient import ManagementClient
+
+    router = router_factory()
+    with ManagementClient(router.url.replace("amqp://", ""), timeout=TIMEOUT) as client:
+        response = client.request("CREATE", type="org.apache.qpid.dispatch.listener", name="mesh",
+                                  body={"host": "127.0.0.1", "port": "0", "role": "inter-router"})
+        assert response.status == wm.BAD_REQUEST
+        assert "standalone router cannot have an inter-router listener" in response.description
+        names = [r["name"] for r in client.query("org.apache.qpid.dispatch.listener", ["name"])]
+    assert "mesh" not in names
