@@ -70,9 +70,10 @@ class AutoLink:
         )
 
     def matches(self, rc: RouterConnection) -> bool:
-        if self.connection is not None:
-            return rc.name == self.connection
-        return self.container_id is not None and rc.engine.remote_container == self.container_id
+        """A connection of the named listener/connector, or one whose peer has the container id (either,
+        when both are given, as Dispatch's route_control.c matches them)."""
+        return (self.connection is not None and rc.name == self.connection) or \
+            (self.container_id is not None and rc.engine.remote_container == self.container_id)
 
 
 class AutoLinkManager:

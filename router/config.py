@@ -431,12 +431,15 @@ def _rules_address(ent: Entity, label: str) -> None:
 
 
 def _rules_link_route(ent: Entity, label: str) -> None:
+    # containerId and connection: either, both (a connection matching either is the container, as
+    # Dispatch's route_control.c declares one identifier for the two) or neither (a route this router
+    # only forwards towards the router whose container has it; older mesh configurations do that).
     _check_match(ent, label)
-    _one_of(ent, label, "containerId", "connection")
 
 
 def _rules_auto_link(ent: Entity, label: str) -> None:
-    _one_of(ent, label, "containerId", "connection")
+    # containerId and connection as for linkRoute; with neither the auto-link never attaches (the daemon
+    # warns at start-up).
     if ent["phase"] is None:
         ent.attrs["phase"] = 1 if ent["direction"] == "in" and not ent["fallback"] else 0
 

@@ -120,6 +120,10 @@ def warn_pending_features(cfg: RouterConfig) -> None:
         if role not in ("normal", "inter-router", "route-container", "edge"):
             log.warning("%s:%d: %s role %s is accepted and treated as normal in this release",
                         entity.path, entity.line, entity.type, role)
+    for entity in cfg.auto_links:
+        if entity.get("connection") is None and entity.get("containerId") is None:
+            log.warning("%s:%d: autoLink %s names neither connection nor containerId: it never attaches",
+                        entity.path, entity.line, entity.get("name"))
 
 
 def connection_limit(cfg: RouterConfig) -> ConnectionLimit:

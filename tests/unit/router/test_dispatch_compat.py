@@ -91,3 +91,43 @@ def test_mode_and_role_are_checked_at_start_up_with_file_and_line(mode, section,
                                             ("standalone", "listener", "route-container")])
 def test_allowed_roles(mode, kind, role):
     assert role_refusal(mode, kind, role) is None
+
+
+@pytest.mark.parametrize("targets", ["", " containerId: broker-c\n connection: broker\n"])
+def test_link_route_and_auto_link_may_name_neither_or_both(targets):
+    cfg = parse_config(f"linkRoute {{\n prefix: q\n direction: in\n{targets}}}\n"
+                       f"autoLink {{\n address: a\n direction: out\n{targets}}}\n", "l.conf")
+    assert len(cfg.link_routes) == 1 and len(cfg.auto_links) == 1
+
+
+def test_with_both_a_connection_matching_either_is_the_container():
+    from router.autolinks import AutoLink
+    from tests.unit.router.fixtures import AutoLinkEntity
+
+    al = AutoLink.from_entity(AutoLinkEntity(address="a", direction="out", containerId="C", connection="L",
+                                             phase=0), 0)
+
+    class Engine:
+        def __init__(self, container):
+            self.remote_container = container
+
+    class Conn:
+        def __init__(self, name, container):
+            self.name, self.engine = name, Engine(container)
+
+    assert al.matches(Conn("L", "other")) and al.matches(Conn("x", "C")) and not al.matches(Conn("x", "y"))
+
+
+def test_a_link_route_naming_no_container_routes_through_the_mesh():
+    """Such a route is the transit half of a mesh link route: this router has no container for it, so an
+    attach is forwarded towards the router that has one, or refused with no-route when none has."""
+    from router.linkroutes import NO_ROUTE
+    from tests.unit.enginepair import RouterHarness
+    from tests.unit.router.fixtures import AutoLinkEntity
+
+    routes = [AutoLinkEntity(prefix="q", direction=d) for d in ("in", "out")]
+    h = RouterHarness(link_route_entities=routes)
+    client = h.connect()
+    snd = client.sender("q.1")
+    h.pump()
+    assert snd.remote_condition is not None and snd.remote_condition.name == NO_ROUTE
