@@ -112,7 +112,9 @@ class AutoLinkManager:
         al.last_error = None
         self.router.bind_auto_link(rl)
 
-    def link_closed(self, rl: RouterLink, error: str | None) -> None:
+    def link_closed(self, rl: RouterLink, error: str | None, condition: str | None = None) -> None:
+        """The container detached the auto-link's link: ``error`` is what lastError shows (the
+        description, as Dispatch shows it: "Node not found"), ``condition`` goes in the log line."""
         al = self._owner(rl)
         if al is None:
             return
@@ -121,8 +123,9 @@ class AutoLinkManager:
         al.oper_status = FAILED
         al.last_error = error or "detached by the container"
         al.retry_at = self._clock() + (RETRY_FIRST_SECONDS if al.failures == 1 else RETRY_SECONDS)
-        log.warning("autoLink %s (%s %s): %s; retrying in %.0f s", al.name, al.direction, al.address,
-                    al.last_error, al.retry_at - self._clock())
+        log.warning("autoLink %s (%s %s): %s%s; retrying in %.0f s", al.name, al.direction, al.address,
+                    f"{condition}: " if condition and condition != al.last_error else "", al.last_error,
+                    al.retry_at - self._clock())
 
     def tick(self, now: float) -> None:
         for al in self.auto_links:

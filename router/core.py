@@ -385,7 +385,7 @@ class Router(ConnectionHandler):
                 self.edge.link_lost(rec)
             if rec.auto_link is not None:
                 name, description = raw.link_remote_condition(link)
-                self.auto_links.link_closed(rec, f"{name}: {description}" if name else None)
+                self.auto_links.link_closed(rec, description or name, name)
         elif isinstance(rec, ControlLink):
             self.inter_router.link_closed(rc, link)
         elif isinstance(rec, RoutedLink):

@@ -31,6 +31,7 @@ from router.policy import Policy
 from router.policyfiles import check_listener_vhosts, policy_from_config
 from router.services import ServiceManager, role_refusal
 from wire.driver import ConnectionLimit, shut_down_on_signal
+from wire.errors import LocatedError
 from wire.management import MANAGEMENT_ADDRESS
 from router.security import RouterSecurity, resolve_secret
 
@@ -234,7 +235,11 @@ def main(config_path: str) -> None:
     except ConfigError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
-    configure_logging(cfg.logs)
+    try:
+        configure_logging(cfg.logs)
+    except LocatedError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
     warn_pending_features(cfg)
     try:
         trio.run(run_router, cfg, security, policy)

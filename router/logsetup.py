@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import logging.handlers
 import sys
 
+from wire.errors import LocatedError
 from wire.logformat import OneLineFormatter
 
 # Dispatch's levels, lowest first, mapped onto Python's (notice sits between info and warning).
@@ -79,26 +81,62 @@ def level_of(enable: str | None) -> int:
     return min(levels) if levels else DEFAULT_LEVEL
 
 
+def _output_handler(output: str | None) -> logging.Handler:
+    """Dispatch's ``outputFile``: ``stderr`` (the default), ``stdout``, ``syslog`` or a file appended to."""
+    if output in (None, "", "stderr"):
+        return logging.StreamHandler(sys.stderr)
+    if output == "stdout":
+        return logging.StreamHandler(sys.stdout)
+    if output == "syslog":
+        return logging.handlers.SysLogHandler(address="/dev/log")
+    return logging.FileHandler(output, encoding="utf-8")
+
+
 def configure_logging(log_entities) -> None:
+    """Levels, timestamps, source locations and outputs from the ``log`` sections: DEFAULT's go to the root
+    logger, another module's output (when it names one) replaces DEFAULT's for that module."""
     logging.addLevelName(5, "TRACE")
     logging.addLevelName(25, "NOTICE")
-    include_ts = True
+    default = {"includeTimestamp": True, "includeSource": False, "outputFile": None}
     root_level = DEFAULT_LEVEL
     specific = []
     for entity in log_entities:
         module = (entity.get("module") or "DEFAULT").upper()
-        lvl = level_of(entity.get("enable"))
-        if entity.get("includeTimestamp") is False:
-            include_ts = False
         if module == "DEFAULT":
-            root_level = lvl
+            root_level = level_of(entity.get("enable"))
+            default.update({k: entity.get(k) for k in default if entity.get(k) is not None})
         else:
-            specific.append((MODULES.get(module, module.lower()), lvl))
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if include_ts else "%(levelname)s %(name)s: %(message)s"
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(OneLineFormatter(fmt))
+            specific.append((MODULES.get(module, module.lower()), entity))
+
+    def formatter(include_ts, include_source) -> OneLineFormatter:
+        fmt = "%(levelname)s %(name)s: %(message)s"
+        if include_source:
+            fmt += " (%(pathname)s:%(lineno)d)"
+        return OneLineFormatter("%(asctime)s " + fmt if include_ts else fmt)
+
+    def opened(output, entity) -> logging.Handler:
+        try:
+            return _output_handler(output)
+        except OSError as exc:   # a file that cannot be opened is a configuration error at its section
+            where = (entity.path, entity.line) if entity is not None else ("<config>", 0)
+            raise LocatedError(*where, f"log: cannot open outputFile {output!r}: {exc.strerror or exc}") from None
+
+    default_entity = next((e for e in log_entities if (e.get("module") or "DEFAULT").upper() == "DEFAULT"), None)
+    handler = opened(default["outputFile"], default_entity)
+    handler.setFormatter(formatter(default["includeTimestamp"], default["includeSource"]))
     root = logging.getLogger()
     root.handlers[:] = [handler, RECENT]
     root.setLevel(root_level)
-    for name, lvl in specific:
-        logging.getLogger(name).setLevel(lvl)
+    for name, entity in specific:
+        logger = logging.getLogger(name)
+        if entity.get("enable") is not None:
+            logger.setLevel(level_of(entity.get("enable")))
+        if entity.get("outputFile") or entity.get("includeTimestamp") is not None \
+                or entity.get("includeSource") is not None:
+            own = opened(entity.get("outputFile") or default["outputFile"], entity)
+            ts = entity.get("includeTimestamp")
+            src = entity.get("includeSource")
+            own.setFormatter(formatter(default["includeTimestamp"] if ts is None else ts,
+                                       default["includeSource"] if src is None else src))
+            logger.handlers[:] = [own, RECENT]
+            logger.propagate = False

@@ -444,8 +444,8 @@ _LOG = _entity("log", "log", [
     Attr("enable", "logEnable", doc="'none' or levels like 'info+' or 'trace,warning+'; "
          "unset inherits DEFAULT."),
     Attr("includeTimestamp", "boolean", legacy=("timestamp",), doc="Prefix lines with a timestamp."),
-    Attr("includeSource", "boolean", legacy=("source",), status=PENDING, doc="Add the source file and line."),
-    Attr("outputFile", "string", legacy=("output",), status=PENDING, doc="'stderr', 'stdout', 'syslog' or a file."),
+    Attr("includeSource", "boolean", legacy=("source",), doc="Add the source file and line."),
+    Attr("outputFile", "string", legacy=("output",), doc="'stderr', 'stdout', 'syslog' or a file (appended to)."),
 ], doc="Logging of one module.")
 
 _SSL_PROFILE = _entity("sslProfile", "sslProfile", [

@@ -258,6 +258,10 @@ class LogEntity(_ConfigAdapter):
         for module in schema.LOG_MODULES:
             values = dict(self.settings.get(module, {}), module=module)
             values.setdefault("enable", "default" if module != "DEFAULT" else "info+")
+            default = self.settings.get("DEFAULT", {})
+            for attr, fallback in (("includeTimestamp", True), ("includeSource", False)):
+                if values.get(attr) is None:   # Dispatch shows what applies: the module's, else DEFAULT's
+                    values[attr] = default.get(attr) if default.get(attr) is not None else fallback
             name = f"log/{module}"
             out.append(self.row(name, name, values))
         return out

@@ -131,3 +131,36 @@ def test_a_link_route_naming_no_container_routes_through_the_mesh():
     snd = client.sender("q.1")
     h.pump()
     assert snd.remote_condition is not None and snd.remote_condition.name == NO_ROUTE
+
+
+def test_log_entities_show_what_applies_and_output_files_are_honoured(tmp_path):
+    import logging as pylogging
+
+    from router.logsetup import configure_logging
+
+    out = tmp_path / "policy.log"
+    cfg = parse_config(f"log {{\n module: DEFAULT\n enable: info+\n}}\nlog {{\n module: POLICY\n enable: debug+\n"
+                       f" outputFile: {out}\n includeSource: yes\n includeTimestamp: no\n}}\n", "g.conf")
+    root = pylogging.getLogger()
+    saved = (list(root.handlers), root.level)
+    policy_logger = pylogging.getLogger("router.policy")
+    try:
+        configure_logging(cfg.logs)
+        policy_logger.debug("to the file")
+        for h in policy_logger.handlers:
+            h.flush()
+        text = out.read_text()
+        assert "DEBUG router.policy: to the file (" in text and not text[0].isdigit()   # no timestamp, a source
+    finally:
+        for h in policy_logger.handlers:
+            h.close()
+        policy_logger.handlers[:] = []
+        policy_logger.propagate = True
+        policy_logger.setLevel(pylogging.NOTSET)
+        root.handlers[:], root.level = saved
+    agent = ManagementAgent(Router("R"), config=cfg)
+    _, page = agent.dispatch(_req("QUERY", entity_type="org.apache.qpid.dispatch.log"))
+    rows = {r["module"]: r for r in (dict(zip(page["attributeNames"], r)) for r in page["results"])}
+    assert rows["DEFAULT"]["includeTimestamp"] is True and rows["DEFAULT"]["includeSource"] is False
+    assert rows["POLICY"]["includeTimestamp"] is False and rows["POLICY"]["outputFile"] == str(out)
+    assert rows["ROUTER"]["includeTimestamp"] is True
