@@ -14,8 +14,9 @@ When the settings ask for it (``sasl_users`` on a listener, ``sasl_client_mechan
 our SASL layer (:mod:`wire.saslserver`, :mod:`wire.sasl`) stands between the socket and the engine until
 the exchange succeeded; ``user`` and ``sasl_mechanism`` then tell who logged in and how.
 
-Why one module of ~630 lines: the byte path (SASL in front, output accounting, back-pressure) and the
-event dispatch share the engine's state and must be read together.
+Why one module of ~660 lines: the byte path (SASL in front, output accounting, back-pressure) and the
+event dispatch (with its re-entrancy guard and the session hook) share the engine's state and must be read
+together.
 """
 
 from __future__ import annotations
