@@ -168,6 +168,14 @@ def run(config_path: str, verbose: bool) -> None:
     sys.exit(0)
 
 
+def _read_password() -> str:
+    """One line of standard input; on a terminal, asked for twice without echo. Never from the command line
+    (argv is visible to every user of the machine)."""
+    if sys.stdin.isatty():
+        return click.prompt("Password", hide_input=True, confirmation_prompt=True, err=True)
+    return sys.stdin.readline().rstrip("\r\n")
+
+
 @main.group()
 def user() -> None:
     """Users of the properties login module (artemis-users.properties, artemis-roles.properties beside
@@ -179,10 +187,11 @@ def user() -> None:
 @click.option("--role", "roles", multiple=True, help="A role to add the user to (repeatable, or comma-separated).")
 @click.pass_obj
 def user_add(config_path: str, name: str, roles: tuple) -> None:
-    """Add a user, or set their password: read from standard input (one line), stored hashed (ENC(...))."""
+    """Add a user, or set their password: read from standard input (one line; on a terminal asked twice
+    without echo), stored hashed (ENC(...))."""
     from broker.security import add_user
 
-    password = sys.stdin.readline().rstrip("\r\n")
+    password = _read_password()
     try:
         add_user(config_path, name, password, [r.strip() for rs in roles for r in rs.split(",") if r.strip()])
     except (ValueError, OSError) as exc:
@@ -220,14 +229,6 @@ def user_list(config_path: str) -> None:
 def credential() -> None:
     """The credentials store (broker-credentials.properties beside broker.xml, mode 0600): the passwords the
     broker's own connections log in with when broker.xml gives their user only. Restart to apply."""
-
-
-def _read_password() -> str:
-    """One line of standard input; on a terminal, asked for twice without echo. Never from the command line
-    (argv is visible to every user of the machine)."""
-    if sys.stdin.isatty():
-        return click.prompt("Password", hide_input=True, confirmation_prompt=True, err=True)
-    return sys.stdin.readline().rstrip("\r\n")
 
 
 @credential.command("add")
