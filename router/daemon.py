@@ -12,7 +12,6 @@ the router runs; the management agent (router/management/) is the router's ``$ma
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import proton
 import pytest
 from proton import Endpoint
 
@@ -16,7 +15,7 @@ from router.management import ManagementAgent
 from router.policy import (ANONYMOUS_USER, RESOURCE_LIMIT_EXCEEDED, UNAUTHORIZED_ACCESS, Denial, HostRanges,
                            Policy, PolicyError, parse_group, vhost_from_attrs)
 from router.policyfiles import check_listener_vhosts, policy_from_config
-from tests.unit.enginepair import REJECTED, ACCEPTED, Peer, RouterHarness, settle
+from tests.unit.enginepair import ACCEPTED, REJECTED, RouterHarness, settle
 from wire import management as wm
 
 HEAD = "router {\n id: R\n}\npolicy {\n enableVhostPolicy: true\n}\n"
