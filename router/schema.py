@@ -462,9 +462,9 @@ _SSL_PROFILE = _entity("sslProfile", "sslProfile", [
          "use 'password: file:')."),
     Attr("ciphers", "string", doc="OpenSSL cipher list."),
     Attr("protocols", "string", doc="Space separated TLS versions."),
-    Attr("uidFormat", "string", status=REFUSED, doc="Certificate fields that make the user id."),
-    Attr("uidNameMappingFile", "string", legacy=("displayNameFile",), status=REFUSED,
-         doc="uid to display-name map."),
+    Attr("uidFormat", "string", doc="Certificate fields that make a SASL EXTERNAL user id (c s l o u n 1 2 5)."),
+    Attr("uidNameMappingFile", "path", legacy=("displayNameFile",),
+         doc="JSON object mapping such user ids to display names."),
 ], doc="TLS settings shared by listeners and connectors.")
 
 _FLOW_RECORDS = _entity("flowRecords", "flowRecords", [
@@ -558,8 +558,6 @@ def entity_type(name: str) -> EntityType | None:
 # that means "off" (``no``/``false``). TLS and SASL settings are enforced by router/security.py.
 # docs/configuration.md marks each attribute enforced or refused.
 
-_NO_UID = ("user ids from certificate fields are not implemented (a client certificate authenticates as its "
-           "subject through SASL EXTERNAL)", "remove it")
 #: (section, attribute) -> (why it is refused, what to do instead). Refused unless absent or "off" (see
 #: :func:`unenforced`). A legacy spelling (trustedCerts, displayNameFile) is refused alike.
 UNENFORCED: dict[tuple[str, str], tuple[str, str]] = {
@@ -567,8 +565,6 @@ UNENFORCED: dict[tuple[str, str], tuple[str, str]] = {
                                        "put the trusted CAs in the sslProfile's caCertFile"),
     ("listener", "saslPlugin"): ("authentication services (authServicePlugin) are not implemented",
                                  "remove it; use router saslConfigDir with a users file"),
-    ("sslProfile", "uidFormat"): _NO_UID,
-    ("sslProfile", "uidNameMappingFile"): _NO_UID,
     ("listener", "multiTenant"): ("per-vhost address prefixes are not implemented yet, so tenants would share "
                                   "one address space", "set multiTenant: no and run one router per tenant"),
     ("connector", "policyVhost"): ("vhost policy applies to connections the router accepts, not to those it "

@@ -145,7 +145,8 @@ class RouterSecurity:
         tls = None
         if profile is not None:
             try:
-                tls = ServerTls(profile.server_context(verify_client=verify_client), required=required)
+                tls = ServerTls(profile.server_context(verify_client=verify_client), required=required,
+                                user_ids=profile.user_ids())
             except TlsConfigError as exc:
                 raise SecurityConfigError("sslProfile", f"sslProfile {profile.name}: {exc}") from None
         users = self.users
@@ -187,6 +188,19 @@ class RouterSecurity:
         username = entity.get("saslUsername")
         resolve_secret(entity.get("saslPassword"))  # an unset variable or unreadable file: refused now
         client_mechanisms = None
+        if "EXTERNAL" in given:
+            # Dispatch's usual inter-router set-up: the connector's sslProfile presents a client
+            # certificate and SASL EXTERNAL names it as the user (wire/sasl.py SaslClient).
+            if profile is None or not profile.cert_file:
+                raise SecurityConfigError("saslMechanisms", "saslMechanisms EXTERNAL needs an sslProfile with a "
+                                          "certFile (the client certificate EXTERNAL logs in with)")
+            if username:
+                raise SecurityConfigError("saslUsername", "saslUsername with saslMechanisms EXTERNAL: the "
+                                          "certificate names the user; remove one of them")
+            if given != ["EXTERNAL"]:
+                raise SecurityConfigError("saslMechanisms", f"saslMechanisms {' '.join(given)}: EXTERNAL is "
+                                          "given alone (the others need saslUsername)")
+            return {"sasl_client_mechanisms": "EXTERNAL", "tls": tls}
         if username:
             unsupported = [m for m in given if m not in CLIENT_MECHANISMS]
             if unsupported:

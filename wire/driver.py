@@ -21,7 +21,7 @@ import trio
 from wire.connection import EngineConnection, printable
 from wire.sasl import warn_plaintext_password
 from wire.saslserver import SaslServer
-from wire.tls import ClientTls, ServerTls, peer_info
+from wire.tls import CertificateUserIds, ClientTls, ServerTls, peer_info
 
 log = logging.getLogger("wire.driver")
 
@@ -213,16 +213,17 @@ async def _first_byte(stream: trio.SocketStream) -> int | None:
     return data[0] if data else None
 
 
-def _attach_tls(engine: EngineConnection, stream: trio.abc.Stream) -> None:
+def _attach_tls(engine: EngineConnection, stream: trio.abc.Stream, user_ids: CertificateUserIds | None = None) -> None:
     """Tell the engine what TLS established, before its first byte: ``engine.tls`` (a
     :class:`wire.tls.TlsPeerInfo`, None on plaintext) and ``engine.tls_peer_subject`` (the verified
-    client certificate's subject). A server SASL layer takes that subject as the name SASL EXTERNAL
-    logs in with (wire/saslserver.py); without a verified certificate EXTERNAL is not offered."""
+    client certificate's subject). A server SASL layer takes the name ``user_ids`` makes of that
+    certificate (the subject, or the listener profile's uidFormat) as the name SASL EXTERNAL logs in with
+    (wire/saslserver.py); without a verified certificate EXTERNAL is not offered."""
     info = peer_info(stream) if isinstance(stream, trio.SSLStream) else None
     engine.tls = info
     engine.tls_peer_subject = info.peer_subject if info else None
     if engine.tls_peer_subject is not None and isinstance(engine.sasl, SaslServer):
-        engine.sasl.external_user = engine.tls_peer_subject
+        engine.sasl.external_user = (user_ids or CertificateUserIds()).user_for(info)
 
 
 def _remote_host(stream: trio.abc.Stream) -> str:
@@ -332,7 +333,7 @@ def connection_handler(make_engine: Callable[[str], EngineConnection], *,
                 log.exception("refusing connection from %s", printable(remote))
                 await _aclose_quietly(stream)
                 return
-            _attach_tls(engine, stream)
+            _attach_tls(engine, stream, tls.user_ids if tls is not None else None)
             if plaintext_refused:
                 if refusing >= MAX_REFUSING:
                     await _aclose_quietly(stream)

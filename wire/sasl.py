@@ -82,9 +82,10 @@ def sasl_layer(settings, *, server: bool) -> SaslLayer | None:
     mechanisms = getattr(settings, "sasl_client_mechanisms", None)
     if not mechanisms:
         return None
-    if not getattr(settings, "sasl_username", None):
+    only_external = mechanisms.replace(",", " ").upper().split() == [_EXTERNAL]
+    if not getattr(settings, "sasl_username", None) and not only_external:
         raise SaslConfigError(f"client SASL mechanisms {mechanisms} need a user name")
-    return SaslClient(settings.sasl_username, settings.sasl_password or "",
+    return SaslClient(settings.sasl_username or "", settings.sasl_password or "",
                       mechanisms.replace(",", " ").split())
 
 
@@ -146,7 +147,11 @@ def warn_plaintext_password(settings, remote_host: str) -> None:
 
 # proton's bundled client side knows ANONYMOUS, PLAIN and EXTERNAL only (no Cyrus SASL in the wheel), so
 # a connector that lists a SCRAM mechanism in ``sasl_client_mechanisms`` logs in through SaslClient.
+# EXTERNAL (RFC 4422 appendix A) is ours too: our transports do TLS outside the engine (wire/tls.py), so
+# proton cannot see the certificate that EXTERNAL rests on.
+_EXTERNAL = "EXTERNAL"
 CLIENT_MECHANISMS = SCRAM_MECHANISMS + (_PLAIN,)
+CLIENT_MECHANISMS_WITH_CERTIFICATE = CLIENT_MECHANISMS + (_EXTERNAL,)
 CLIENT_NONCE_BYTES = 18
 
 
@@ -163,10 +168,10 @@ class SaslClient(SaslLayer):
         self.username = username
         self.password = password
         self.allowed = [m.upper() for m in mechanisms]
-        unknown = [m for m in self.allowed if m not in CLIENT_MECHANISMS]
+        unknown = [m for m in self.allowed if m not in CLIENT_MECHANISMS_WITH_CERTIFICATE]
         if unknown:
             raise SaslConfigError(f"client SASL mechanisms {' '.join(unknown)} not supported "
-                                  f"(supported: {' '.join(CLIENT_MECHANISMS)})")
+                                  f"(supported: {' '.join(CLIENT_MECHANISMS_WITH_CERTIFICATE)})")
         self.hostname = hostname
         self._state = "mechanisms"
         self._scram = None
@@ -187,7 +192,7 @@ class SaslClient(SaslLayer):
                 return
             self.mechanism = chosen
             self._out += encode_frame(SASL_INIT, [Symbol(chosen), self._initial_response(chosen), self.hostname])
-            self._state = "outcome" if chosen == _PLAIN else "challenge"
+            self._state = "outcome" if chosen in (_PLAIN, _EXTERNAL) else "challenge"
         elif self._state == "challenge" and code == SASL_CHALLENGE:
             challenge = field(fields, 0, bytes, "challenge", required=True)
             self._out += encode_frame(SASL_RESPONSE, [self._client_final(challenge)])
@@ -198,6 +203,8 @@ class SaslClient(SaslLayer):
             raise SaslProtocolError(f"{FRAMING_ERROR}: unexpected SASL performative 0x{code:02x}")
 
     def _initial_response(self, mechanism: str) -> bytes:
+        if mechanism == _EXTERNAL:
+            return b""  # no authorization identity: the server takes the certificate's (RFC 4422 A.1)
         if mechanism == _PLAIN:
             return b"\x00" + self.username.encode("utf-8") + b"\x00" + self.password.encode("utf-8")
         nonce = secrets.token_urlsafe(CLIENT_NONCE_BYTES)

@@ -21,6 +21,16 @@ The minimum protocol is TLS 1.2 unless ``protocols`` names older ones (TLS 1.0/1
 RFC 8996). ``ciphers`` is an OpenSSL cipher list and applies to TLS 1.2 and below; TLS 1.3 suites are
 OpenSSL's defaults (Python's ssl module cannot set them).
 
+``uidFormat`` and ``uidNameMappingFile`` (Dispatch's sslProfile, DISPATCH-200; Dispatch's
+``tests/system_tests_user_id.py`` shows the results) choose the user name a client certificate logs in
+with through SASL EXTERNAL: without them the certificate's subject; with ``uidFormat`` the fields its
+letters name, in that order, joined by ``;`` — ``c`` country, ``s`` state or province, ``l`` locality,
+``o`` organization, ``u`` organizational unit, ``n`` common name, ``1``/``2``/``5`` the SHA-1/SHA-256/
+SHA-512 fingerprint of the whole certificate (lower-case hex); a field the certificate lacks is left
+out. ``uidNameMappingFile`` is a JSON object from such ids to display names, looked up after. See
+:class:`CertificateUserIds`. Dispatch logs a ``uidFormat`` with a letter it does not know and falls back
+to the subject; here that is a start-up error (a policy written for the ids would silently not match).
+
 ``password`` takes Dispatch's forms: ``env:VAR`` (from the environment), ``file:PATH`` (the file's first
 line), ``literal:TEXT`` or ``pass:TEXT``, or plain text. It decrypts an encrypted private key.
 
@@ -45,6 +55,8 @@ in RFC 4514 form) for SASL EXTERNAL and for the management ``connection`` entity
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import ssl
 from dataclasses import dataclass, field
@@ -92,6 +104,45 @@ class TlsPeerInfo:
     bits: int  # secret bits of the cipher (sslSsf)
     peer_subject: str | None  # the peer certificate's subject, RFC 4514 (None: no certificate)
     peer_certificate: bytes | None = field(default=None, repr=False)  # DER, for fingerprints
+    # The verified certificate's subject as ssl's getpeercert() gives it (RDNs of (long name, value)).
+    peer_subject_rdns: tuple = field(default=(), repr=False)
+
+
+#: uidFormat letters -> the subject attribute (ssl's long name) or the digest over the DER certificate.
+UID_SUBJECT_FIELDS = {"c": "countryName", "s": "stateOrProvinceName", "l": "localityName",
+                      "o": "organizationName", "u": "organizationalUnitName", "n": "commonName"}
+UID_DIGESTS = {"1": "sha1", "2": "sha256", "5": "sha512"}
+UID_SEPARATOR = ";"
+#: A uidNameMappingFile bigger than this is refused: it is read whole at start-up.
+MAX_UID_MAPPING_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CertificateUserIds:
+    """The user name a verified client certificate logs in with (SASL EXTERNAL): the subject, or the
+    fields ``uid_format`` names joined by ``;``, then translated by ``names`` (uidNameMappingFile)."""
+
+    uid_format: str | None = None
+    names: dict = field(default_factory=dict, repr=False)
+
+    def user_for(self, info: TlsPeerInfo) -> str | None:
+        if info.peer_subject is None:
+            return None
+        uid = info.peer_subject
+        if self.uid_format:
+            parts = []
+            for letter in self.uid_format:
+                if letter in UID_DIGESTS:
+                    if info.peer_certificate:
+                        parts.append(hashlib.new(UID_DIGESTS[letter], info.peer_certificate).hexdigest())
+                    continue
+                wanted = UID_SUBJECT_FIELDS[letter]
+                value = next((v for rdn in info.peer_subject_rdns for k, v in rdn if k == wanted), None)
+                if value is not None:
+                    parts.append(value)
+            if parts:
+                uid = UID_SEPARATOR.join(parts)
+        return self.names.get(uid, uid)
 
 
 @dataclass(frozen=True)
@@ -109,10 +160,12 @@ class TlsProfile:
     password_file: str | None = None
     ciphers: str | None = None
     protocols: str | None = None
+    uid_format: str | None = None
+    uid_name_mapping_file: str | None = None
 
     # Dispatch's attribute names, in the order they are checked.
     ATTRIBUTES = ("name", "certFile", "privateKeyFile", "caCertFile", "password", "passwordFile",
-                  "ciphers", "protocols")
+                  "ciphers", "protocols", "uidFormat", "uidNameMappingFile")
 
     @classmethod
     def from_attributes(cls, attrs: dict) -> "TlsProfile":
@@ -123,7 +176,35 @@ class TlsProfile:
         return cls(name=attrs.get("name", ""), cert_file=attrs.get("certFile"),
                    private_key_file=attrs.get("privateKeyFile"), ca_cert_file=attrs.get("caCertFile"),
                    password=attrs.get("password"), password_file=attrs.get("passwordFile"),
-                   ciphers=attrs.get("ciphers"), protocols=attrs.get("protocols"))
+                   ciphers=attrs.get("ciphers"), protocols=attrs.get("protocols"),
+                   uid_format=attrs.get("uidFormat"), uid_name_mapping_file=attrs.get("uidNameMappingFile"))
+
+    def user_ids(self) -> CertificateUserIds:
+        """How a client certificate becomes a user name on a listener with this profile; raises
+        :class:`TlsConfigError` for a uidFormat letter Dispatch does not define or a mapping file that is
+        not a JSON object of strings."""
+        fmt = self.uid_format
+        if fmt is not None:
+            unknown = sorted(set(fmt) - set(UID_SUBJECT_FIELDS) - set(UID_DIGESTS))
+            if unknown or not fmt:
+                raise TlsConfigError("uidFormat", f"{fmt!r}: {', '.join(map(repr, unknown)) or 'empty'} is not a "
+                                     "field (c s l o u n, or 1 2 5 for the SHA-1/256/512 fingerprint)")
+        names: dict = {}
+        path = self.uid_name_mapping_file
+        if path:
+            _readable("uidNameMappingFile", path)
+            try:
+                if os.path.getsize(path) > MAX_UID_MAPPING_BYTES:
+                    raise TlsConfigError("uidNameMappingFile", f"{path}: over {MAX_UID_MAPPING_BYTES} bytes")
+                with open(path, encoding="utf-8") as f:
+                    names = json.load(f)
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                raise TlsConfigError("uidNameMappingFile", f"{path}: not a JSON object ({exc})") from None
+            if not isinstance(names, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in names.items()):
+                raise TlsConfigError("uidNameMappingFile", f"{path}: must be a JSON object of user id -> name "
+                                     "strings")
+        return CertificateUserIds(fmt or None, names)
 
     # -- contexts -------------------------------------------------------------------------------------
 
@@ -159,6 +240,7 @@ class TlsProfile:
             self.server_context()
         else:
             self.client_context()
+        self.user_ids()
 
     def _common(self, ctx: ssl.SSLContext) -> None:
         self._set_protocols(ctx)
@@ -245,6 +327,7 @@ class ServerTls:
 
     context: ssl.SSLContext
     required: bool = True
+    user_ids: CertificateUserIds = field(default_factory=CertificateUserIds)
 
 
 @dataclass(frozen=True)
@@ -399,7 +482,8 @@ def peer_info(ssl_object: ssl.SSLObject) -> TlsPeerInfo:
     name, _proto, bits = ssl_object.cipher() or ("", "", 0)
     der = ssl_object.getpeercert(binary_form=True)
     # getpeercert() decodes only a verified certificate; an unverified one gives {} (no subject known).
+    decoded = ssl_object.getpeercert() if der else None
     return TlsPeerInfo(protocol=ssl_object.version() or "", cipher=name, bits=bits or 0,
-                       peer_subject=subject_string(ssl_object.getpeercert()) if der else None,
-                       peer_certificate=der)
+                       peer_subject=subject_string(decoded), peer_certificate=der,
+                       peer_subject_rdns=tuple((decoded or {}).get("subject", ())))
 

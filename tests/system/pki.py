@@ -8,11 +8,13 @@ import pathlib
 import trustme
 
 
-def write_pki(directory: pathlib.Path, *, stranger: bool = False, expired: bool = False) -> dict[str, str]:
+def write_pki(directory: pathlib.Path, *, stranger: bool = False, expired: bool = False,
+              extra_clients: tuple[str, ...] = ()) -> dict[str, str]:
     """Write into ``directory`` and return name -> path of: ``ca.pem``; ``server.pem``/``server.key`` for
     localhost and 127.0.0.1; ``client.pem``/``client.key`` signed by the CA (CN client.example); with
     ``stranger`` a client certificate from another CA; with ``expired`` one from the CA whose validity
-    ended yesterday."""
+    ended yesterday; for each of ``extra_clients`` another client certificate the CA signed (CN
+    ``<label>.example``, files ``<label>.pem``/``<label>.key``)."""
     ca = trustme.CA()
     files: dict[str, str] = {}
 
@@ -31,6 +33,8 @@ def write_pki(directory: pathlib.Path, *, stranger: bool = False, expired: bool 
     write("server.pem", server.cert_chain_pems[0])
     write("server.key", server.private_key_pem)
     client("client", ca)
+    for label in extra_clients:
+        client(label, ca)
     if stranger:
         client("stranger", trustme.CA())
     if expired:

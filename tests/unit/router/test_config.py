@@ -551,9 +551,6 @@ SECURITY_ON = [
     ("listener", "saslPlugin", "auth"),
     ("listener", "multiTenant", "yes"),
     ("connector", "policyVhost", "public"),
-    ("sslProfile", "uidFormat", "oun"),
-    ("sslProfile", "uidNameMappingFile", "/etc/names.json"),
-    ("sslProfile", "displayNameFile", "/etc/names.json"),
 ]
 
 
@@ -602,7 +599,6 @@ def test_unenforced_security_sections_refused(section):
 @pytest.mark.parametrize("type,attrs,words", [
     ("listener", {"port": "0", "saslPlugin": "x"}, "saslPlugin is not enforced yet"),
     ("listener", {"port": "0", "trustedCertsFile": "/ca.pem"}, "trustedCertsFile is not enforced yet"),
-    ("org.apache.qpid.dispatch.sslProfile", {"name": "x", "uidFormat": "o"}, "uidFormat is not enforced yet"),
     ("authServicePlugin", {"name": "x"}, "section 'authServicePlugin' is not enforced yet"),
 ])
 def test_validate_entity_refuses_unenforced_security(type, attrs, words):
