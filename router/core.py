@@ -37,7 +37,7 @@ from wire.assembly import MessageAssembler
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 from wire.memory import HeapTrimmer
 from wire.terminus import waypoint_ordinal
-from router.addresses import CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser, AddressTable
+from router.addresses import BALANCED, CLOSEST, UNAVAILABLE, Address, AddressConfigTable, AddressParser, AddressTable
 from router.autolinks import AutoLinkManager
 from router.control import RouterControl
 from router.budget import RESOURCE_LIMIT_EXCEEDED, BufferBudget
@@ -318,6 +318,8 @@ class Router(ConnectionHandler):
             node = lo.remote_source if lo.is_sender else lo.remote_target
             if not node.dynamic and self.link_router.try_attach(engine, link, lo, node.address):
                 return
+        if self.link_router.refused_coordinator(engine, link, lo):  # transactions only through a link route
+            return
         if lo.is_sender:  # the peer receives: an outgoing link
             src = lo.remote_source
             if src.dynamic:
@@ -347,16 +349,16 @@ class Router(ConnectionHandler):
             log.debug("outgoing link %s attached to %s", lo.name, addr.key)
         else:  # the peer sends: an incoming link
             tgt = lo.remote_target
-            if tgt.dynamic:
-                engine.refuse_link(link, "amqp:not-implemented", "dynamic targets are not supported")
-                return
             addr = None
-            if tgt.address:
+            if tgt.dynamic:
+                addr = self._dynamic_target(engine, link)
+            elif tgt.address:
                 addr = self.address_for(tgt.address, outgoing=False, waypoint=waypoint_ordinal(tgt))
                 if addr is None:
                     engine.refuse_link(link, "amqp:not-found", "Node not found")
                     return
-            engine.open_link_like_remote(link)
+            if not tgt.dynamic:
+                engine.open_link_like_remote(link)
             rl = RouterLink(link, rc, True, addr, capacity, lo.name, rc.gate or self.forwarder)
             if addr is not None and addr.key[0] in "RH":
                 rl.target_override = tgt.address
@@ -368,6 +370,22 @@ class Router(ConnectionHandler):
             self.forwarder.grant_initial_credit(rl)
             log.debug("incoming link %s attached to %s", lo.name, addr.key if addr else "(anonymous)")
         engine.wake()
+
+    def _dynamic_target(self, engine, link) -> Address:
+        """Accept a sender's dynamic target: a fresh mobile address ``_$temp.<id>``, balanced whatever the
+        address configuration says, that receivers anywhere in the mesh can attach to (Qpid Dispatch 1.19
+        src/router_core/modules/address_lookup_client/address_lookup_client.c; a dynamic *source* gets a
+        topological ``_topo/0/<router>/temp.<id>`` instead, above)."""
+        address = f"amqp:/_$temp.{secrets.token_urlsafe(9)}"
+        name = self.parser.parse(address)[1]
+        addr = self.addresses.bind("M0" + name, name, BALANCED)
+        engine.open_link_like_remote(link)
+        # The attach frame goes out with the engine's next output, so the target it answers with can
+        # still be given its address and dynamic flag here.
+        target = raw.link_object(link).target
+        target.address = address
+        target.dynamic = True
+        return addr
 
     @staticmethod
     def _own(rc: RouterConnection, rl: RouterLink) -> None:
