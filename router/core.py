@@ -54,6 +54,13 @@ from router.policy import Policy
 
 log = logging.getLogger("router.core")
 
+#: Dispatch's heartbeat address (include/qpid/dispatch/amqp.h QD_TERMINUS_HEARTBEAT): edge routers send to it.
+HEARTBEAT_ADDRESS = "_$qd.edge_heartbeat"
+
+
+def _accept_heartbeat(msg: bytes) -> None:
+    """A heartbeat carries nothing to act on: accepting it is all Dispatch's heartbeat server does with it."""
+
 # OPEN `product`: this implementation's own name. Qpid Dispatch does not check it: a real qdrouterd 1.19
 # meshes with a router that sends this value (inter-router and edge connections are recognised by the
 # listener's role and the qd.router link capabilities, never by product).
@@ -121,6 +128,9 @@ class Router(ConnectionHandler):
         self.auto_links = AutoLinkManager(self, auto_link_entities)
         self.link_router = LinkRouter(self, link_route_entities)
         self.control = RouterControl(self)  # what management changes (router/control.py)
+        # Dispatch's heartbeat server (src/router_core/modules/heartbeat_server/heartbeat_server.c): edge
+        # routers' heartbeats to it are accepted and need nothing else here.
+        self.add_internal_endpoint("M0" + HEARTBEAT_ADDRESS, BALANCED, _accept_heartbeat)
 
     # -- counters and routes of the parts (management and tests read them here) ---------------------
     @property
@@ -474,6 +484,14 @@ class Router(ConnectionHandler):
     def add_local_endpoint(self, name: str, handler) -> None:
         """A router-internal endpoint (e.g. ``$management``): see MeshForwarding.add_local_endpoint."""
         self.mesh_forwarding.add_local_endpoint(name, handler)
+
+    def add_internal_endpoint(self, key: str, distribution: str, handler) -> None:
+        """A router-internal endpoint under one routing key only, with Dispatch's distribution for it
+        (``L$_management_internal`` closest, ``M0_$qd.edge_heartbeat`` balanced); messages to it go to
+        ``handler(msg_bytes)`` and are accepted, as for add_local_endpoint. Not advertised to the mesh."""
+        addr = self.addresses.bind(key, key[2:] if key[0] == "M" else key[1:], distribution)
+        addr.handler = handler
+        self.forwarder.destination_appeared(addr)
 
     def send_local(self, msg: bytes) -> bool:
         """Send a message from the router itself, routed by its ``to``; False when it has no route."""
