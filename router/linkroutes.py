@@ -10,6 +10,14 @@ dispositions and settlement, and the detach with its error pass through. No cont
 the attach is refused with ``qd:no-route-to-dest``. The container's connection drops: the client's link
 is detached with ``qd:routed-link-lost``.
 
+Transactions (Qpid Dispatch 1.19 src/router_core/terminus.c, modules/address_lookup_client/lookup_client.c):
+a coordinator target (AMQP 1.0 §4.5.1) has no address; Dispatch looks it up as ``$coordinator``
+(:data:`COORDINATOR_ADDRESS`), so a ``linkRoute`` for that prefix, direction ``in``, sends transaction
+coordinators to its container, and the coordinator terminus goes there as it came (no prefix rewriting).
+A coordinator no route covers is refused (:meth:`LinkRouter.refused_coordinator`): the router cannot
+coordinate transactions itself. Outcomes and delivery states beyond the four terminal ones (``declared``,
+§4.5.5; ``transactional-state``, §4.5.6) pass through with their contents, on dispositions and on transfers.
+
 Routed links are kept out of the message router's link table, so the message hot path pays nothing
 for them: their engines hand their deliveries and flow here (:class:`LinkRouter` is their
 :class:`wire.assembly.LinkOwner`); :class:`router.core.Router` hands their attach and detach here.
@@ -21,6 +29,7 @@ import logging
 from dataclasses import dataclass
 
 import proton
+from cproton_ffi import lib
 
 from router.patterns import PatternTable
 from wire import raw
@@ -31,6 +40,36 @@ log = logging.getLogger("router.linkroutes")
 
 NO_ROUTE = "qd:no-route-to-dest"
 ROUTED_LINK_LOST = "qd:routed-link-lost"
+
+# The address a coordinator target is routed by, and the refusal of one no link route covers (Qpid Dispatch
+# 1.19 src/router_core/terminus.c QDR_COORDINATOR_ADDRESS; connections.c
+# QDR_CONDITION_COORDINATOR_PRECONDITION_FAILED: Dispatch's own words, as clients may match on them).
+COORDINATOR_ADDRESS = "$coordinator"
+COORDINATOR_REFUSED = "amqp:precondition-failed"
+COORDINATOR_REFUSED_DESCRIPTION = ("The router can't coordinate transactions by itself, a linkRoute to a "
+                                   "coordinator must be configured to use transactions.")
+
+# Delivery states whose contents raw.copy_outcome carries; any other (declared, transactional-state) has
+# its contents copied as they are.
+_PLAIN_STATES = frozenset((0, raw.RECEIVED, raw.ACCEPTED, raw.REJECTED, raw.RELEASED, raw.MODIFIED))
+
+
+def is_coordinator(lo: proton.Link) -> bool:
+    """Whether the peer's attach is a sender to a transaction coordinator (AMQP 1.0 §4.5.1)."""
+    return not lo.is_sender and lo.remote_target.type == proton.Terminus.COORDINATOR
+
+
+def copy_state(src, dst) -> None:
+    """The remote state of delivery ``src`` becomes the local state of ``dst``, with its contents: a
+    terminal outcome through raw.copy_outcome, any other state (a transaction's ``declared`` and
+    ``transactional-state``) with its fields copied as they are."""
+    state = raw.delivery_remote_state(src)
+    if state in _PLAIN_STATES:
+        raw.copy_outcome(src, dst)
+        return
+    lib.pn_data_copy(lib.pn_disposition_data(lib.pn_delivery_local(dst)),
+                     lib.pn_disposition_data(lib.pn_delivery_remote(src)))
+    raw.delivery_update(dst, state)
 
 
 @dataclass(eq=False)
@@ -175,7 +214,11 @@ class LinkRouter:
 
     # -- attach -------------------------------------------------------------------------------------
     def try_attach(self, engine, link, lo: proton.Link, address: str | None) -> bool:
-        """Route the client's attach if its address matches a link route; True when handled."""
+        """Route the client's attach if its address matches a link route; True when handled. A
+        coordinator is routed by :data:`COORDINATOR_ADDRESS`."""
+        coordinator = is_coordinator(lo)
+        if coordinator:
+            address = COORDINATOR_ADDRESS
         if not address:
             return False
         direction = "out" if lo.is_sender else "in"  # client receiver -> router sender -> "out"
@@ -194,8 +237,9 @@ class LinkRouter:
         out = session.receiver(lo.name) if lo.is_sender else session.sender(lo.name)
         out.source.copy(lo.remote_source)
         out.target.copy(lo.remote_target)
-        node = out.source if lo.is_sender else out.target
-        node.address = route.external(address)
+        if not coordinator:  # a coordinator terminus has no address to rewrite
+            node = out.source if lo.is_sender else out.target
+            node.address = route.external(address)
         out.snd_settle_mode = lo.remote_snd_settle_mode
         out.rcv_settle_mode = lo.remote_rcv_settle_mode
         out.open()
@@ -212,6 +256,16 @@ class LinkRouter:
         engine.own_link(link, client_side)
         container.engine.own_link(out_ptr, container_side)
         container.engine.wake()
+        return True
+
+    @staticmethod
+    def refused_coordinator(engine, link, lo: proton.Link) -> bool:
+        """Refuse the attach if it is a coordinator (one no link route took), as Dispatch does: null
+        target, then the detach with :data:`COORDINATOR_REFUSED`; the router cannot coordinate
+        transactions itself. True when refused."""
+        if not is_coordinator(lo):
+            return False
+        engine.refuse_link(link, COORDINATOR_REFUSED, COORDINATOR_REFUSED_DESCRIPTION)
         return True
 
     def _container_for(self, route: LinkRoute):
@@ -276,7 +330,7 @@ class LinkRouter:
         co.source.copy(lo.remote_source)
         co.target.copy(lo.remote_target)
         node = co.target if co.is_receiver else co.source
-        if node.type != proton.Terminus.UNSPECIFIED:
+        if node.type not in (proton.Terminus.UNSPECIFIED, proton.Terminus.COORDINATOR):
             node.address = side.route.internal(node.address)
         co.snd_settle_mode = lo.remote_snd_settle_mode
         co.rcv_settle_mode = lo.remote_rcv_settle_mode
@@ -307,6 +361,10 @@ class LinkRouter:
                 side.rc.engine.wake()
                 return
         out = raw.send_message(peer.ptr, raw.delivery_tag(d), msg)
+        if raw.delivery_remote_state(d):
+            # A state on the transfer (AMQP 1.0 §2.7.5: a message sent in a transaction carries its
+            # transactional-state, §4.5.6) goes on with it; proton writes it into the transfer frame.
+            copy_state(d, out)
         if raw.delivery_settled(d):
             raw.delivery_settle(out)
             raw.delivery_settle(d)
@@ -326,8 +384,8 @@ class LinkRouter:
         if partner is None or peer is None:
             return
         state = raw.delivery_remote_state(d)
-        if state and state != raw.delivery_local_state(partner):
-            raw.copy_outcome(d, partner)
+        if state and (state != raw.delivery_local_state(partner) or state not in _PLAIN_STATES):
+            copy_state(d, partner)
         if raw.delivery_settled(d):
             del side.deliveries[d]
             peer.deliveries.pop(partner, None)
