@@ -143,6 +143,9 @@ class Address:
         # them (cheapest first), and a router-internal endpoint (e.g. $management) that consumes it
         "rnodes", "remote", "handler", "deliveries_transit", "deliveries_to_container",
         "deliveries_from_container",
+        # balanced: unsettled deliveries of this address sent to each neighbour router (connection ->
+        # count; Qpid Dispatch's outstanding_deliveries), which weigh that neighbour's data link
+        "outstanding",
     )
 
     def __init__(self, key: str, name: str, phase: int, distribution: str, pattern: str | None = None):
@@ -162,6 +165,7 @@ class Address:
         self.deliveries_from_container = 0
         self.rnodes: dict = {}
         self.remote: list = []
+        self.outstanding: dict = {}
         self.handler = None
 
     @property

@@ -116,6 +116,10 @@ class Forwarder:
         self._mirrored: dict = {}
         self._dirty: list = []  # outgoing links with deliveries queued in this batch
         self._output_rechecks: list = []  # connections with blocked output that settled in this batch
+        # Balanced deliveries sent unsettled to a neighbour router: InDelivery -> (address, connection),
+        # so that the address's count for that neighbour falls when the copy settles or fails
+        # (router/meshforward.py weighs neighbours by it, as Dispatch's outstanding_deliveries).
+        self.outstanding_remote: dict = {}
         self.dropped_presettled = 0
         self.deliveries_no_route = 0
         self.rejected_unavailable = 0
@@ -457,6 +461,8 @@ class Forwarder:
         ind = ol.unsettled.pop(d, None)
         if ol.engine.output_blocked:
             self._recheck_output(ol.conn)
+        if self.outstanding_remote and ind is not None:
+            self.remote_settled(ind)
         if state == ACCEPTED and ind is not None and not ind.multicast:
             # The common case, inlined: an anycast copy accepted and settled by its consumer.
             ol.accepted += 1
@@ -543,6 +549,8 @@ class Forwarder:
         ol, od, ind = entry
         ind.ptr = None
         _delivery_settle(in_ptr)
+        if self.outstanding_remote:
+            self.remote_settled(ind)
         if ol.unsettled.pop(od, None) is not None:
             if ol.engine.output_blocked:
                 self._recheck_output(ol.conn)
@@ -641,7 +649,10 @@ class Forwarder:
         """
         q = ol.undelivered
         ol.undelivered = type(q)()
+        tracked = self.outstanding_remote
         for ind in q:
+            if tracked:
+                self.remote_settled(ind)
             ind.copies -= 1
             ind.buffered -= 1
             self._copy_done(ind, RELEASED, None)
@@ -656,8 +667,23 @@ class Forwarder:
         # never released ("not delivered", AMQP 1.0 §3.4.4), which would invite a duplicate; as Dispatch
         # does for deliveries in flight on a lost link (router_core/connections.c).
         for ind in unsettled.values():
+            if tracked:
+                self.remote_settled(ind)
             ind.copies -= 1
             self._copy_done(ind, MODIFIED, None)
+
+    def remote_settled(self, ind: InDelivery) -> None:
+        """A balanced copy sent to a neighbour router settled or failed: it no longer weighs that
+        neighbour (see ``outstanding_remote``)."""
+        entry = self.outstanding_remote.pop(ind, None)
+        if entry is not None:
+            addr, conn = entry
+            outstanding = addr.outstanding
+            n = outstanding[conn] - 1
+            if n:
+                outstanding[conn] = n
+            else:
+                del outstanding[conn]  # no reference kept to a connection that may go away
 
     def grant_initial_credit(self, il: RouterLink) -> None:
         """Credit for a new incoming link: capacity now if it can go somewhere, else withheld."""

@@ -214,7 +214,7 @@ class MeshForwarding:
         elif not rlinks and len(remote) == 1:
             targets = remote  # one router serves it: nothing to balance
         else:
-            targets = [self._pick_balanced_mesh(addr, rlinks, remote)]
+            targets = [self._pick_balanced_mesh(ind, addr, rlinks, remote)]
         if ra is None:
             addr.deliveries_ingress += 1
         elif not rlinks:
@@ -274,23 +274,69 @@ class MeshForwarding:
                     break
         return keep
 
-    def _pick_balanced_mesh(self, addr: Address, rlinks: list, remote: list):
-        """Least (undelivered + unsettled), a remote link's weighted by the cost to its neighbour."""
-        best = None
-        best_value = None
-        costs = self.costs
-        candidates = list(rlinks) + remote
-        n = len(candidates)
-        start = addr.rr % n
-        addr.rr += 1
-        for i in range(n):
-            ol = candidates[(start + i) % n]
+    def _pick_balanced_mesh(self, ind: InDelivery, addr: Address, rlinks: list, remote: list):
+        """Qpid Dispatch 1.19's balanced choice (src/router_core/forwarder.c, qdr_forward_balanced_CT).
+
+        A local link is worth its undelivered + unsettled deliveries; a neighbour's data link the
+        unsettled deliveries of this address sent through it (``addr.outstanding``) plus the path cost to
+        the cheapest router behind it that has a destination. Eligible means below the link's capacity;
+        the least eligible value wins, else the least ineligible one. Local links come first and a later
+        candidate must be strictly better, so ties stay local; a local link with nothing outstanding is
+        taken at once (routers are not looked at), and only then are the local links rotated
+        (DISPATCH-367).
+        """
+        best = spare = None
+        best_value = spare_value = 0
+        for ol in rlinks:
             value = len(ol.undelivered) + len(ol.unsettled)
-            if ol.inter_router:
-                value += costs.get(ol.conn.mesh.peer_id, 1)
-            if best is None or value < best_value:
-                best, best_value = ol, value
-        return best
+            if ol.capacity > value:
+                if best is None or value < best_value:
+                    best, best_value = ol, value
+                    if value == 0:
+                        break
+            elif spare is None or value < spare_value:
+                spare, spare_value = ol, value
+        if best is not None and best_value == 0:
+            own = addr.rlinks
+            if len(own) > 1:
+                own.append(own.pop(0))
+            return best
+        if remote:
+            outstanding = addr.outstanding
+            for ol, cost in self._remote_costs(ind, addr, remote):
+                n = outstanding.get(ol.conn, 0)
+                value = n + cost
+                if ol.capacity > n:
+                    if best is None or value < best_value:
+                        best, best_value = ol, value
+                elif best is None and (spare is None or value < spare_value):
+                    spare, spare_value = ol, value
+        chosen = best if best is not None else spare
+        if chosen.inter_router and ind.ptr is not None:
+            # counted until the copy settles or fails (Forwarder.remote_settled)
+            conn = chosen.conn
+            addr.outstanding[conn] = addr.outstanding.get(conn, 0) + 1
+            self.forwarder.outstanding_remote[ind] = (addr, conn)
+        return chosen
+
+    def _remote_costs(self, ind: InDelivery, addr: Address, remote: list) -> list:
+        """(data link, cost) for each of ``remote``: the path cost to the cheapest router behind that link
+        with a destination for ``addr`` and, for a message that entered the mesh elsewhere, for which
+        this router is on the shortest path from the message's ingress router (valid origins)."""
+        ra = ind.ra
+        origin = ra.ingress if ra is not None and ra.ingress and ra.ingress != self.id else None
+        cheapest: dict = {}
+        next_hops = self.next_hops
+        costs = self.costs
+        valid = self.valid_origins
+        for rid in addr.rnodes:
+            conn = next_hops.get(rid)
+            if conn is None or (origin is not None and origin not in valid.get(rid, ())):
+                continue
+            cost = costs.get(rid, 1)
+            if cost < cheapest.get(conn, cost + 1):
+                cheapest[conn] = cost
+        return [(ol, cheapest[ol.conn]) for ol in remote if ol.conn in cheapest]
 
     def _to_handler(self, ind: InDelivery, addr: Address, handler) -> None:
         addr.deliveries_ingress += 1

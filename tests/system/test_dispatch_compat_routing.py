@@ -186,3 +186,52 @@ def _wait_known(mesh: Mesh, at: str, address: str, routers: int, timeout: float 
             return
         time.sleep(0.1)
     raise AssertionError(f"{at} does not know {routers} routers for {address}: {last}")
+
+
+# -- balanced across a line of routers ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def weighted_line(tmp_path_factory):
+    """A - B - C with link costs 10 (A-B) and 20 (B-C), as in Dispatch's tests/system_tests_distribution.py
+    (its linear balanced tests): C is 30 from A."""
+    mesh = Mesh(tmp_path_factory.mktemp("line"), None, sections=ADDRESSES)
+    mesh.add("A")
+    mesh.add("B", connect={"A": 10})
+    mesh.add("C", listen=False, connect={"B": 20})
+    yield mesh
+    _stop(mesh)
+
+
+@pytest.mark.parametrize("omit_middle, expected", [(True, (65, 0, 35)), (False, (55, 33, 12))],
+                         ids=["middle-receiver-omitted", "three-receivers"])
+def test_balanced_across_a_line_splits_as_dispatch(weighted_line, omit_middle, expected):
+    """100 unsettled messages from a producer on A to receivers on A, (B,) C that never settle, each with
+    credit for all 100 (so nothing waits undelivered): the split is fixed by Dispatch's algorithm alone
+    (src/router_core/forwarder.c, qdr_forward_balanced_CT), as its own linear balanced tests assert.
+
+    A local link weighs its undelivered + unsettled deliveries; a neighbour's data link the address's
+    unsettled deliveries sent through it plus the path cost to the cheapest router behind it with a
+    receiver; a remote candidate must be strictly lighter, so ties stay local.
+
+    Middle receiver omitted: with a on A and c sent towards C (cost 30), A keeps a message while
+    a <= c + 30: the first 31 stay on A (a = 31 > 0 + 30 sends the 32nd to C), then C and A alternate
+    (c = 1: 31 <= 31 keeps one, and so on). 69 messages alternate starting with C: C 35, A 31 + 34 = 65.
+
+    Three receivers: at A the neighbour B (cost 10) is the cheapest router behind the A-B link, so A
+    keeps a message while a <= r + 10 (r: all sent to B): 11 stay, then 89 alternate starting with B:
+    B's router gets 45, A 55. B gets them in transit and keeps one while b <= c + 20 (C is 20 from
+    B): the first 21 stay, then 24 alternate starting with C: C 12, B 21 + 12 = 33.
+    """
+    address = f"balanced/line.{'omit' if omit_middle else 'all'}"
+    on = ("A", "C") if omit_middle else ("A", "B", "C")
+    receivers = {r: Consumer(weighted_line.url(r), address, credit=100, outcome="hold").start() for r in on}
+    _wait_known(weighted_line, "A", address, len(on))
+    if not omit_middle:
+        _wait_known(weighted_line, "B", address, 2)
+    producer = Producer(weighted_line.url("A"), address, count=100).start()
+    producer.wait_sent(timeout=TIMEOUT)
+    receivers["A"].wait_for(lambda: sum(c.received() for c in receivers.values()) == 100, TIMEOUT,
+                            "all 100 messages at the receivers")
+    counts = tuple(receivers[r].received() if r in receivers else 0 for r in "ABC")
+    assert counts == expected

@@ -1,0 +1,60 @@
+"""Balanced distribution across routers in-process, with Qpid Dispatch 1.19's weighting
+(src/router_core/forwarder.c, qdr_forward_balanced_CT): a local link weighs its undelivered + unsettled
+deliveries, a neighbour the address's unsettled deliveries sent to it plus the path cost to the cheapest
+router behind it with a destination; ties stay local. Receivers here never settle, so the split depends
+on nothing but the algorithm (the derivation is in tests/system/test_dispatch_compat_routing.py)."""
+
+from __future__ import annotations
+
+import pytest
+from proton import Message
+
+from tests.unit.enginepair import ACCEPTED, settle
+from tests.unit.meshpair import MeshHarness
+
+pytest.importorskip("router.mesh.engine")
+
+
+def _line(middle_receiver: bool):
+    h = MeshHarness("A", "B", "C")
+    h.link("A", "B", cost=10)
+    h.link("B", "C", cost=20)
+    clients = {r: h.client(r) for r in "ABC"}
+    receivers = {r: clients[r].receiver("work", credit=200) for r in ("ABC" if middle_receiver else "AC")}
+    h.settle_topology(8)
+    prod = h.client("A")
+    snd = prod.sender("work")
+    h.pump()
+    return h, clients, receivers, prod, snd
+
+
+def _counts(clients, receivers):
+    return tuple(len(clients[r].received(receivers[r])) if r in receivers else 0 for r in "ABC")
+
+
+@pytest.mark.parametrize("middle, expected", [(False, (65, 0, 35)), (True, (55, 33, 12))])
+def test_unsettled_split_along_a_weighted_line(middle, expected):
+    h, clients, receivers, prod, snd = _line(middle)
+    assert h.routers["A"].costs["C"] == 30
+    for i in range(100):
+        prod.send(snd, Message(body=i))
+    h.pump()
+    assert _counts(clients, receivers) == expected
+
+
+def test_settled_remote_deliveries_stop_weighing_the_neighbour():
+    """Once C settles what it holds, its count at A falls to zero. A still holds 65 unsettled, so C (0 + 30)
+    is lighter until 35 more are outstanding there: every one of the next 35 goes to C."""
+    h, clients, receivers, prod, snd = _line(False)
+    ds = [prod.send(snd, Message(body=i)) for i in range(100)]
+    h.pump()
+    assert _counts(clients, receivers) == (65, 0, 35)
+    for got in clients["C"].received(receivers["C"]):
+        settle(got, ACCEPTED)
+    h.pump()
+    assert sum(1 for d in ds if d.settled) == 35
+    assert h.routers["A"].addresses["M0work"].outstanding == {}
+    for i in range(100, 135):
+        prod.send(snd, Message(body=i))
+    h.pump()
+    assert _counts(clients, receivers) == (65, 0, 70)
