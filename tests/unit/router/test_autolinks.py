@@ -28,6 +28,12 @@ def answer_attaches(peer) -> list:
     return opened
 
 
+def retry_at(al):
+    """When the auto-link's only link is to be attached again."""
+    [attachment] = al.attachments.values()
+    return attachment.retry_at
+
+
 def setup(clock):
     h = RouterHarness(
         address_entities=[AddressEntity("queue", waypoint=True)],
@@ -115,7 +121,7 @@ def test_detached_auto_link_is_retried_after_2_then_5_seconds():
     refused.close()
     h.pump()
     assert al["to-broker"].oper_status == FAILED
-    assert al["to-broker"].retry_at == clock[0] + RETRY_SECONDS
+    assert retry_at(al["to-broker"]) == clock[0] + RETRY_SECONDS
 
     clock[0] += RETRY_SECONDS
     h.router.tick(clock[0])
@@ -127,7 +133,7 @@ def test_detached_auto_link_is_retried_after_2_then_5_seconds():
 
     again.close()  # after a success the count starts again: the next retry is RETRY_FIRST_SECONDS away
     h.pump()
-    assert al["to-broker"].retry_at == clock[0] + RETRY_FIRST_SECONDS
+    assert retry_at(al["to-broker"]) == clock[0] + RETRY_FIRST_SECONDS
 
 
 def test_auto_links_go_inactive_with_their_connection_and_come_back_with_a_new_one():
@@ -161,8 +167,9 @@ def test_retry_delays_are_dispatch_s():
 
 
 def test_auto_link_added_and_removed_while_running():
-    """add() attaches at once on a matching open connection; remove() detaches the link and forgets the
-    auto-link, so it is not retried; a second auto-link with a taken name is refused."""
+    """add() attaches at once on a matching open connection; remove() detaches the link with no error (as
+    Dispatch's route_control.c deactivates a deleted auto-link) and forgets the auto-link, so it is not
+    retried; a second auto-link with a taken name is refused."""
     from router.autolinks import AutoLink
 
     clock = [0.0]
@@ -189,9 +196,45 @@ def test_auto_link_added_and_removed_while_running():
     assert manager.remove("extra") is added
     h.pump()
     assert link.state & Endpoint.REMOTE_CLOSED
-    assert link.remote_condition.name == "amqp:link:detach-forced"
+    assert link.remote_condition is None
     assert "extra" not in {al.name for al in manager.auto_links}
     clock[0] += RETRY_SECONDS + 1
     h.router.tick(clock[0])
     h.pump()
     assert answer_attaches(broker) == []  # not retried
+
+
+def test_an_auto_link_attaches_on_every_connection_of_its_listener_each_with_its_own_retries():
+    """Two containers accepted on the listener the auto-link names: a link on each, both destinations of
+    the address; one detached is retried on its own connection; remove() detaches both without an error."""
+    clock = [0.0]
+    h = RouterHarness(auto_link_entities=[
+        AutoLinkEntity(address="shared", direction="out", connection="containers", name="al")],
+        clock=lambda: clock[0])
+    [al] = h.router.auto_links.auto_links
+    first = h.connect(name="containers")
+    second = h.connect(name="containers")
+    [a] = answer_attaches(first)
+    [b] = answer_attaches(second)
+    h.pump()
+    assert a.name == b.name == "R1.al" and al.oper_status == ACTIVE
+    assert len(h.router.addresses.get("M0shared").rlinks) == 2
+    assert al.link is not None
+
+    b.close()
+    h.pump()
+    assert len(h.router.addresses.get("M0shared").rlinks) == 1
+    clock[0] += RETRY_FIRST_SECONDS
+    h.router.tick(clock[0])
+    h.pump()
+    assert answer_attaches(first) == []
+    [b2] = answer_attaches(second)
+    h.pump()
+    assert len(h.router.addresses.get("M0shared").rlinks) == 2 and al.oper_status == ACTIVE
+
+    h.drop(first)
+    assert al.oper_status == ACTIVE  # the other connection's link is still up
+    h.router.auto_links.remove("al")
+    h.pump()
+    assert b2.state & Endpoint.REMOTE_CLOSED and b2.remote_condition is None
+    assert al.link is None and al.oper_status == INACTIVE
