@@ -26,10 +26,12 @@ from wire import management as wm
 from wire.management import ManagementError, bad_request, not_found
 
 from router import schema
+from router.addresses import CLOSEST
 from router.logsetup import RECENT
 from router.management.base import EntityAdapter, TYPE_PREFIX
 from router.management.configentities import config_adapters
 from router.management.entities import operational_adapters
+from router.management.othertypes import other_adapters
 from router.management.policyentities import policy_adapters
 
 log = logging.getLogger("router.agent")
@@ -48,6 +50,8 @@ NODE_TYPES = {
                                             "org.apache.qpid.dispatch.entity"],
 }
 MANAGEMENT_TYPE = TYPE_PREFIX + "management"
+#: The Python agent's own address in Dispatch 1.19 (qdstat -a lists it as 'local $_management_internal').
+INTERNAL_ADDRESS = "$_management_internal"
 
 
 class ManagementAgent:
@@ -65,8 +69,20 @@ class ManagementAgent:
         self.clock = clock or router.clock
         self.started_at = self.clock()
         self.adapters: dict[str, EntityAdapter] = {}
-        for adapter in (*operational_adapters(self), *config_adapters(self), *policy_adapters(self)):
+        for adapter in (*operational_adapters(self), *config_adapters(self), *policy_adapters(self),
+                        *other_adapters(self)):
             self.adapters[adapter.type] = adapter
+        # Dispatch's Python agent serves its own local address besides $management (python/qpid_dispatch_
+        # internal/management/agent.py, Agent.activate: class L, closest); here one agent answers both.
+        add_internal = getattr(router, "add_internal_endpoint", None)
+        if add_internal is not None:
+            add_internal("L" + INTERNAL_ADDRESS, CLOSEST, self._internal_request)
+
+    def _internal_request(self, data: bytes) -> None:
+        """A request to ``$_management_internal``: answered like one to ``$management``."""
+        reply = self.handle(data)
+        if reply is not None:
+            self.router.send_local(reply)
 
     # -- entry point --------------------------------------------------------------------------------
     def handle(self, data: bytes) -> bytes | None:
@@ -114,8 +130,16 @@ class ManagementAgent:
             names = wm.query_attribute_names(req, adapter.type, adapter.attributes)
             rows = adapter.rows()
         else:
-            names = wm.query_attribute_names(req)
-            rows = [r for a in self.adapters.values() for r in a.rows()]
+            # Dispatch's untyped QUERY (python/qpid_dispatch_internal/management/agent.py, ManagementEntity
+            # .query): the columns are the ones asked for, else every attribute of every type; a name no type
+            # has is 404; an entity none of whose asked-for attributes applies is left out.
+            known = list(dict.fromkeys(n for a in self.adapters.values() for n in a.attributes))
+            names = req.attribute_names or known
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise not_found(f"Unknown attributes {unknown}.")
+            rows = [r for a in self.adapters.values() for r in a.untyped_rows()
+                    if any(r.get(n) is not None for n in names)]
         return wm.OK, wm.query_page(req, names, rows)
 
     def _find(self, req: wm.Request) -> tuple[EntityAdapter, dict]:
@@ -123,6 +147,9 @@ class ManagementAgent:
         adapters = [self.adapter(req.type)] if req.type and req.type != wm.NODE_TYPE else self.adapters.values()
         for adapter in adapters:
             for row in adapter.rows():
+                if row.get(key_attr) == key:
+                    return adapter, row
+            for row in adapter.untyped_rows():   # e.g. the router as 'router/<id>'
                 if row.get(key_attr) == key:
                     return adapter, row
         what = f" of type {adapters[0].type}" if isinstance(adapters, list) else ""
@@ -231,7 +258,7 @@ class ManagementAgent:
                 "fullyQualifiedType": a.type,
                 "description": a.description,
                 "operations": list(a.operations),
-                "attributes": {n: {"type": a.attribute_type(n)} for n in a.attributes},
+                "attributes": {n: a.attribute_schema(n) for n in a.attributes},
             }
         return wm.OK, {"prefix": TYPE_PREFIX.rstrip("."), "entityTypes": types}
 

@@ -26,6 +26,8 @@ class EntityAdapter:
     description: str = ""
     #: attribute -> AMQP management type name for GET-SCHEMA (default "string")
     types: dict[str, str] = {}
+    #: attribute -> default value GET-SCHEMA shows (qdstat --vhostgroups reads them)
+    defaults: dict[str, object] = {}
 
     def __init__(self, agent):
         self.agent = agent
@@ -49,6 +51,13 @@ class EntityAdapter:
     def attribute_type(self, name: str) -> str:
         return self.types.get(name, "string")
 
+    def attribute_schema(self, name: str) -> dict:
+        """One attribute of GET-SCHEMA's ``attributes`` map: its type, and its default where it has one."""
+        out = {"type": self.attribute_type(name)}
+        if name in self.defaults:
+            out["default"] = self.defaults[name]
+        return out
+
     def row(self, name: Any, identity: Any, values: dict) -> dict:
         """A complete row: every attribute present, base attributes filled in."""
         out = {a: None for a in self.attributes}
@@ -60,6 +69,11 @@ class EntityAdapter:
 
     def rows(self) -> list[dict]:
         return []
+
+    def untyped_rows(self) -> list[dict]:
+        """The rows a QUERY without an entity type lists (the same unless a type is named differently
+        there, as Dispatch's router is)."""
+        return self.rows()
 
     def create(self, attrs: dict) -> dict:
         raise bad_request(f"operation CREATE is not allowed on type {self.type}")

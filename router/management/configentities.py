@@ -193,13 +193,25 @@ class _ServiceAdapter(_ConfigAdapter):
         for entity, status in self._entries():
             name = entity["name"]
             # saslPassword (and any other secret) is never returned: management is not a way to read it back.
-            out.append(self.row(name, name, dict(public_attrs(entity.attrs), **status)))
+            out.append(self.row(name, self.identity_of(entity), dict(public_attrs(entity.attrs), **status)))
         return out
+
+    def default_name(self, entity) -> str:
+        return f"{self.kind}/{entity.get('host')}:{entity.get('port')}"
+
+    def identity_of(self, entity) -> str:
+        """Dispatch's identity (python/qpid_dispatch_internal/management/agent.py,
+        _host_port_name_identifier): ``listener/<host>:<port>:<name>`` for a named one,
+        ``listener/<host>:<port>`` for an unnamed one (whose name is then that identity too)."""
+        name = entity["name"]
+        if name == self.default_name(entity):
+            return name
+        return f"{self.default_name(entity)}:{name}"
 
     def create(self, attrs: dict) -> dict:
         entity = _validate(self.kind, attrs)
         if not entity.get("name"):
-            entity.attrs["name"] = f"{self.kind}/{entity.get('host')}:{entity.get('port')}"
+            entity.attrs["name"] = self.default_name(entity)
         try:
             self._services().add(self.kind, entity)
         except OSError as exc:

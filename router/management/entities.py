@@ -15,7 +15,7 @@ import time
 from wire import raw
 from wire.management import bad_request
 
-from router.core import VERSION
+from router.core import HEARTBEAT_ADDRESS, VERSION
 from router.management.base import EntityAdapter, require_str
 
 # Link counters a router-wide total is summed from (link attribute -> router attribute).
@@ -109,6 +109,17 @@ class RouterEntity(EntityAdapter):
         }
         return [self.row(r.id, "1", values)]
 
+    def untyped_rows(self) -> list[dict]:
+        """Dispatch 1.19 answers a typed QUERY of the router from its core (src/router_core/agent_router.c:
+        name = the router id, identity "1") and an untyped one from its Python agent, where the router
+        entity is named as every entity there without a configured name: ``router/<id>`` for both name and
+        identity (python/qpid_dispatch_internal/management/agent.py, EntityAdapter.validate)."""
+        out = []
+        for row in self.rows():
+            name = f"router/{row['id']}"
+            out.append(dict(row, name=name, identity=name))
+        return out
+
 
 def sasl_of(engine) -> tuple[str | None, str | None]:
     """(mechanism, user) the peer authenticated with; (None, None) when it skipped SASL. Our SASL layer
@@ -188,6 +199,30 @@ def link_type(rc, rl=None) -> str:
     return "endpoint"
 
 
+# Qpid Dispatch 1.19 include/qpid/dispatch/amqp.h: QDR_DEFAULT_PRIORITY (every endpoint link) and
+# QDR_N_PRIORITIES (inter-router data links per connection, one per priority 0..9).
+DEFAULT_LINK_PRIORITY = 4
+DATA_LINK_COUNT = 10
+
+
+def data_link_priorities(router) -> dict:
+    """The priority of each inter-router data link, as Dispatch reports ``qdr_link_t.priority``
+    (src/router_core/connections.c, qdr_attach_link_data_CT): an outgoing data link has the priority the
+    router sends that priority's messages on (``MeshConnection.data_links``); an incoming one, Dispatch's
+    rule, its place among the connection's incoming data links in attach order (the first ten are 0..9)."""
+    out = {}
+    for rc in router.connections:
+        mesh = rc.mesh
+        if mesh is None:
+            continue
+        for prio, rl in mesh.data_links.items():
+            out[rl] = prio
+        incoming = sorted((rl for rl in rc.links.values() if rl.inter_router and rl.incoming), key=lambda rl: rl.id)
+        for prio, rl in enumerate(incoming[:DATA_LINK_COUNT]):
+            out[rl] = prio
+    return out
+
+
 class LinkEntity(EntityAdapter):
     short = "router.link"
     description = "One link attached to the router (message-routed)."
@@ -202,6 +237,7 @@ class LinkEntity(EntityAdapter):
 
     def rows(self) -> list[dict]:
         out = []
+        priorities = data_link_priorities(self.router)
         for rc, rl in _links(self.router):
             addr = rl.address
             try:
@@ -218,8 +254,8 @@ class LinkEntity(EntityAdapter):
                 "droppedPresettledCount": rl.dropped_presettled, "acceptedCount": rl.accepted,
                 "rejectedCount": rl.rejected, "releasedCount": rl.released, "modifiedCount": rl.modified,
                 "deliveriesDelayed1Sec": 0, "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0,
-                "creditAvailable": credit, "zeroCreditSeconds": 0, "settleRate": 0, "priority": 4,
-                "connectionId": str(rc.engine.id),
+                "creditAvailable": credit, "zeroCreditSeconds": 0, "settleRate": 0,
+                "priority": priorities.get(rl, DEFAULT_LINK_PRIORITY), "connectionId": str(rc.engine.id),
             }
             out.append(self.row(rl.name, str(rl.id), values))
         return out
@@ -241,6 +277,10 @@ class LinkEntity(EntityAdapter):
         return dict(row, adminStatus=status, operStatus="down")
 
 
+#: Routing keys of the router's core endpoints (not in-process subscribers in Dispatch's terms).
+CORE_ENDPOINT_KEYS = frozenset({"M0" + HEARTBEAT_ADDRESS})
+
+
 class AddressEntity(EntityAdapter):
     short = "router.address"
     description = ("One routing-table entry (key as Dispatch's: M0addr, Lname, Rrouter, C/D prefix and E/F "
@@ -258,7 +298,9 @@ class AddressEntity(EntityAdapter):
         out = []
         for key in sorted(r.addresses):
             addr = r.addresses[key]
-            in_process = 1 if addr.handler is not None else 0
+            # Dispatch counts in-process subscribers (its Python agent); a core endpoint such as the
+            # heartbeat server is none (src/router_core/agent_address.c inProcess).
+            in_process = 1 if addr.handler is not None and key not in CORE_ENDPOINT_KEYS else 0
             remote = sorted(addr.rnodes)
             values = {
                 "key": key, "distribution": addr.distribution, "priority": -1, "inProcess": in_process,
@@ -346,29 +388,44 @@ EPOCH_THRESHOLD = 1_000_000_000
 
 
 class AllocatorEntity(EntityAdapter):
-    """Dispatch's memory pools have no equivalent in Python; the router's own records are listed with
-    their instance size and how many are alive, so ``tdstat -m`` still shows what the router holds."""
+    """``qdstat -m``'s memory pools, honestly: Dispatch keeps per-type free lists (src/alloc_pool.c); this
+    router has none, so each row is one of the router's own record types with its instance size in bytes
+    (``__basicsize__``: every one has ``__slots__``) and how many are alive now (``totalAllocFromHeap`` =
+    ``heldByThreads``). No batches are ever moved between threads (one thread), so the batch and rebalance
+    columns are 0. Rows are named as Dispatch names them: ``allocator/<type>`` (python/qpid_dispatch_internal/
+    management/agent.py, AllocatorEntity)."""
 
     short = "allocator"
-    description = "The router's per-object records: instance size and live count."
+    description = "The router's record types: instance size and how many are alive."
     attributes = ("name", "identity", "type", "typeName", "typeSize", "transferBatchSize", "localFreeListMax",
                   "globalFreeListMax", "totalAllocFromHeap", "totalFreeToHeap", "heldByThreads",
                   "batchesRebalancedToThreads", "batchesRebalancedToGlobal")
+    types = {a: "integer" for a in attributes[4:]}
 
-    def rows(self) -> list[dict]:
+    def live_counts(self) -> list[tuple[type, int]]:
+        """(record type, live instances) for each of the router's per-connection, per-link, per-address
+        and per-message records."""
         from router.addresses import Address
-        from router.links import RouterConnection, RouterLink
+        from router.links import InDelivery, RouterConnection, RouterLink
 
         r = self.router
-        links = sum(len(rc.links) for rc in r.connections)
-        counts = ((RouterConnection, len(r.connections)), (RouterLink, links), (Address, len(r.addresses)))
+        links = [rl for rc in r.connections for rl in rc.links.values()]
+        in_flight = set()
+        for rl in links:
+            in_flight.update(map(id, rl.undelivered))
+            in_flight.update(map(id, rl.unsettled.values()))
+        return [(Address, len(r.addresses)), (InDelivery, len(in_flight)), (RouterConnection, len(r.connections)),
+                (RouterLink, len(links))]
+
+    def rows(self) -> list[dict]:
         out = []
-        for cls, live in counts:
+        for cls, live in self.live_counts():
             values = {"typeName": cls.__name__, "typeSize": cls.__basicsize__, "transferBatchSize": 0,
                       "localFreeListMax": 0, "globalFreeListMax": 0, "totalAllocFromHeap": live,
                       "totalFreeToHeap": 0, "heldByThreads": live, "batchesRebalancedToThreads": 0,
                       "batchesRebalancedToGlobal": 0}
-            out.append(self.row(f"allocator/{cls.__name__}", cls.__name__, values))
+            name = f"allocator/{cls.__name__}"
+            out.append(self.row(name, name, values))
         return out
 
 

@@ -13,7 +13,8 @@ from wire.management import bad_request
 
 from router.config import ConfigError, validate_entity
 from router.management.base import EntityAdapter
-from router.policy import PolicyError, vhost_from_attrs
+from router.policy import (GROUP_BOOLEANS, GROUP_INTEGERS, GROUP_STRINGS, MAX_CONNECTIONS_DEFAULT, PolicyError,
+                           vhost_from_attrs)
 from router import schema
 
 
@@ -59,6 +60,7 @@ class VhostEntity(EntityAdapter):
             values = {a.name: a.default for a in schema.ENTITY_TYPES["vhost"] if a.name != "name"}
             values.update(v.attrs)
             values["hostname"] = host
+            values["groups"] = {name: _typed_group(g) for name, g in v.groups.items()}
             out.append(self.row(host, host, values))
         return out
 
@@ -102,6 +104,13 @@ class VhostEntity(EntityAdapter):
         self.router.policy.remove_vhost(row["hostname"])
 
 
+def _typed_group(group) -> dict:
+    """A group's settings as given, numbers and switches as numbers and booleans (Dispatch reads them as
+    JSON, so qdmanage and qdstat --vhostgroups show ``True``/``16384``, not the configuration's text)."""
+    typed = {**group.integers, **group.booleans}
+    return {k: typed.get(k, v) for k, v in group.raw.items()}
+
+
 class VhostStatsEntity(EntityAdapter):
     short = "vhostStats"
     description = "Connections and denials of each vhost."
@@ -125,5 +134,22 @@ class VhostStatsEntity(EntityAdapter):
         return out
 
 
+class VhostUserGroupSettingsEntity(EntityAdapter):
+    """The settings of one user group of a vhost. As in Dispatch, groups are not entities of their own (they
+    are the ``groups`` map of a ``vhost``): the type answers GET-ATTRIBUTES, GET-SCHEMA (with the defaults
+    qdstat --vhostgroups shows for a setting a group leaves out) and QUERY, with no rows."""
+
+    short = "vhostUserGroupSettings"
+    configuration = True
+    description = "The settings of a vhost's user group (in the vhost's 'groups' map)."
+    attributes = ("name", "identity", "type", "users", "remoteHosts", "maxConnectionsPerUser",
+                  "maxConnectionsPerHost", *GROUP_INTEGERS, *GROUP_BOOLEANS,
+                  *[g for g in GROUP_STRINGS if g not in ("users", "remoteHosts")])
+    types = {**{k: "integer" for k in ("maxConnectionsPerUser", "maxConnectionsPerHost", *GROUP_INTEGERS)},
+             **{k: "boolean" for k in GROUP_BOOLEANS}}
+    defaults = {"maxConnectionsPerUser": MAX_CONNECTIONS_DEFAULT, "maxConnectionsPerHost": MAX_CONNECTIONS_DEFAULT,
+                **GROUP_INTEGERS, **GROUP_BOOLEANS}
+
+
 def policy_adapters(agent) -> list[EntityAdapter]:
-    return [cls(agent) for cls in (PolicyEntity, VhostEntity, VhostStatsEntity)]
+    return [cls(agent) for cls in (PolicyEntity, VhostEntity, VhostStatsEntity, VhostUserGroupSettingsEntity)]

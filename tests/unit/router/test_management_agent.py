@@ -351,3 +351,100 @@ def test_query_and_read_of_connectors_never_return_the_password():
     resp = call(agent, "READ", type="connector", name="up")
     assert resp.status == 200 and resp.body["saslPassword"] is None
     assert "hunter2" not in repr(resp.body)
+
+
+# Every entity type of Qpid Dispatch 1.19 (qdmanage get-types), its test-only 'dummy' left out.
+DISPATCH_TYPES = ["router", "sslProfile", "authServicePlugin", "listener", "connector", "log", "logStats",
+                  "router.config.address", "router.config.linkRoute", "router.config.autoLink",
+                  "router.config.exchange", "router.config.binding", "router.link", "router.address", "router.node",
+                  "connection", "allocator", "console", "policy", "vhost", "vhostUserGroupSettings", "vhostStats",
+                  "router.connection.linkRoute"]
+
+
+@pytest.mark.parametrize("short", DISPATCH_TYPES)
+def test_every_dispatch_type_answers_get_attributes_get_operations_and_query(setup, short):
+    _, agent, _ = setup
+    full = "org.apache.qpid.dispatch." + short
+    attrs = call(agent, "GET-ATTRIBUTES", entityType=full)
+    assert attrs.status == 200 and {"name", "identity", "type"} <= set(attrs.body[full])
+    ops = call(agent, "GET-OPERATIONS", entityType=full)
+    assert ops.status == 200 and "READ" in ops.body[full]
+    assert call(agent, "QUERY", entityType=full, body={"attributeNames": []}).status == 200
+
+
+def test_absent_features_refuse_create(setup):
+    _, agent, _ = setup
+    for short in ("router.config.exchange", "router.config.binding", "console", "authServicePlugin"):
+        resp = call(agent, "CREATE", type="org.apache.qpid.dispatch." + short, name="x", body={})
+        assert resp.status == 400, (short, resp)
+
+
+def test_untyped_query_answers_router_attributes_as_dispatchs_python_agent(setup):
+    _, agent, _ = setup
+    resp = call(agent, "QUERY", body={"attributeNames": ["name", "identity", "linkCount", "mode"]})
+    rows = [dict(zip(resp.body["attributeNames"], r)) for r in resp.body["results"]]
+    [router] = [r for r in rows if r["linkCount"] is not None]
+    assert router == {"name": "router/R1", "identity": "router/R1", "linkCount": 0, "mode": "standalone"}
+    # every row has at least one of the asked-for attributes (Dispatch leaves the others out)
+    assert all(any(v is not None for v in r.values()) for r in rows)
+    everything = call(agent, "QUERY", body={"attributeNames": []}).body["attributeNames"]
+    assert {"linkCount", "typeSize", "hostname", "prefix"} <= set(everything)
+    assert call(agent, "QUERY", body={"attributeNames": ["noSuch"]}).status == 404
+    [typed] = query(agent, "org.apache.qpid.dispatch.router", ["name", "identity"])
+    assert typed == {"name": "R1", "identity": "1"}
+    assert call(agent, "READ", identity="router/R1").body["id"] == "R1"
+
+
+def test_allocator_rows_count_the_routers_records(setup):
+    h, agent, _ = setup
+    client = h.connect()
+    client.receiver("alloc.a")
+    client.receiver("alloc.b")
+    h.pump()
+    rows = {r["identity"]: r for r in query(agent, "org.apache.qpid.dispatch.allocator")}
+    assert set(rows) == {"allocator/Address", "allocator/InDelivery", "allocator/RouterConnection",
+                         "allocator/RouterLink"}
+    router = agent.router
+    assert rows["allocator/RouterLink"]["totalAllocFromHeap"] == 2
+    assert rows["allocator/RouterConnection"]["totalAllocFromHeap"] == len(router.connections) == 1
+    assert rows["allocator/Address"]["totalAllocFromHeap"] == len(router.addresses)
+    assert all(r["typeSize"] > 0 and r["name"] == r["identity"] for r in rows.values())
+
+
+def test_listener_and_connector_identities_follow_dispatchs_rule():
+    cfg = parse_config("""
+router {
+    id: R1
+}
+listener {
+    host: 127.0.0.1
+    port: 5672
+}
+listener {
+    name: apps
+    host: 0.0.0.0
+    port: 5673
+}
+connector {
+    name: broker
+    host: broker.example
+    port: 5672
+    role: route-container
+}
+""")
+    agent = ManagementAgent(Router("R1"), config=cfg)
+    listeners = {r["name"]: r["identity"] for r in query(agent, "org.apache.qpid.dispatch.listener")}
+    assert listeners == {"listener/127.0.0.1:5672": "listener/127.0.0.1:5672",
+                         "apps": "listener/0.0.0.0:5673:apps"}
+    [connector] = query(agent, "org.apache.qpid.dispatch.connector", ["name", "identity"])
+    assert connector == {"name": "broker", "identity": "connector/broker.example:5672:broker"}
+
+
+def test_management_internal_address_is_served_by_the_agent(setup):
+    _, agent, _ = setup
+    addr = agent.router.addresses.get("L$_management_internal")
+    assert addr is not None and addr.handler is not None and addr.distribution == "closest"
+    heartbeat = agent.router.addresses.get("M0_$qd.edge_heartbeat")
+    assert heartbeat is not None and heartbeat.distribution == "balanced"
+    rows = {r["name"]: r for r in query(agent, "org.apache.qpid.dispatch.router.address", ["name", "inProcess"])}
+    assert rows["L$_management_internal"]["inProcess"] == 1 and rows["M0_$qd.edge_heartbeat"]["inProcess"] == 0
