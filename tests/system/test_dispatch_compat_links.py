@@ -21,10 +21,12 @@ are real proton containers (:class:`Peer`) that see every frame's payload and de
 from __future__ import annotations
 
 import itertools
+import socket
+import time
 import uuid
 
 import pytest
-from proton import Data, Delivery, Described, Link, Message, Terminus, symbol
+from proton import Data, Delivery, Described, Link, Message, Terminus, symbol, uint, ulong
 from proton.handlers import IncomingMessageHandler
 from proton.utils import BlockingConnection
 
@@ -410,3 +412,99 @@ def test_an_auto_link_on_a_listener_attaches_on_every_connection_and_shares_fair
     finally:
         for p in (producer, a, b):
             p.close()
+
+
+class RawAmqp:
+    """AMQP frames written and read by hand on a socket: what DISPATCH-1988 needs and no proton client
+    sends (empty transfers with ``more`` set, an empty transfer then an abort)."""
+
+    def __init__(self, url: str):
+        host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)  # amqp://HOST:PORT
+        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        self.sock.sendall(b"AMQP\x00\x01\x00\x00")
+        self.buffer = b""
+        self.header_seen = False
+
+    def frame(self, code: int, fields: list, payload: bytes = b"") -> None:
+        data = Data()
+        data.put_object(Described(ulong(code), fields))
+        body = bytes(data.encode()) + payload
+        self.sock.sendall((len(body) + 8).to_bytes(4, "big") + b"\x02\x00\x00\x00" + body)
+
+    def transfer(self, delivery_id: int, tag: bytes, payload: bytes = b"", *, more: bool = False,
+                 aborted: bool = False) -> None:
+        # handle, delivery-id, delivery-tag, message-format, settled, more, rcv-settle-mode, state, resume,
+        # aborted (AMQP 1.0 §2.7.5)
+        self.frame(0x14, [uint(0), uint(delivery_id), tag, uint(0), False, more, None, None, False, aborted],
+                   payload)
+
+    def read_until(self, predicate, what: str) -> list:
+        """Performatives read (as (code, fields)) until ``predicate(all read so far)``."""
+        seen: list = []
+        deadline = time.monotonic() + TIMEOUT
+        while not predicate(seen):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {TIMEOUT} s; read {seen}")
+            self.sock.settimeout(max(0.1, deadline - time.monotonic()))
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise AssertionError(f"the router closed the socket before {what}; read {seen}")
+            self.buffer += chunk
+            if not self.header_seen and len(self.buffer) >= 8:
+                assert self.buffer[:8] == b"AMQP\x00\x01\x00\x00", self.buffer[:8]
+                self.buffer, self.header_seen = self.buffer[8:], True
+            while self.header_seen and len(self.buffer) >= 8:
+                size = int.from_bytes(self.buffer[:4], "big")
+                if len(self.buffer) < size:
+                    break
+                body, self.buffer = self.buffer[self.buffer[4] * 4:size], self.buffer[size:]
+                if body:
+                    data = Data()
+                    data.decode(body)
+                    data.rewind()
+                    data.next()
+                    performative = data.get_object()
+                    seen.append((int(performative.descriptor), performative.value))
+        return seen
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_empty_transfers_and_an_aborted_empty_delivery_on_a_link_route_as_in_dispatch_1988(router, container):
+    """Dispatch's own DISPATCH-1988 sequence (system_tests_link_routes.py EmptyTransferTest): an empty
+    transfer, then an empty one sent in two frames, then an empty one aborted, then a message. The router
+    survives every one and the link goes on; the empty deliveries reach the container, the aborted one
+    does not."""
+    raw = RawAmqp(router.url)
+    try:
+        raw.frame(0x10, ["raw-1988"])  # open
+        raw.frame(0x11, [None, uint(0), uint(1000), uint(1000)])  # begin
+        # attach: name, handle, role (sender), snd/rcv-settle-mode, source, target
+        raw.frame(0x12, ["raw-1988-link", uint(0), False, None, None, None, Described(ulong(0x29), ["lr.raw"])])
+        raw.read_until(lambda seen: any(code == 0x13 and fields[6] for code, fields in seen),
+                       "credit from the container")
+        before = len(container.received)
+        good = bytes(Message(body="after the empty ones").encode())
+        raw.transfer(0, b"\x01")
+        raw.transfer(1, b"\x02", more=True)
+        raw.transfer(1, b"\x02")
+        raw.transfer(2, b"\x03", more=True)
+        raw.transfer(2, b"\x03", aborted=True)
+        raw.transfer(3, b"\x04", good)
+        settled_ids: set = set()
+
+        def all_answered(seen) -> bool:
+            for code, fields in seen:
+                if code == 0x15:  # disposition: role, first, last, settled, state
+                    assert fields[4].descriptor == 0x24, fields  # accepted
+                    settled_ids.update(range(fields[1], (fields[2] if fields[2] is not None else fields[1]) + 1))
+            return {0, 1, 3} <= settled_ids
+
+        raw.read_until(all_answered, "the outcomes of deliveries 0, 1 and 3")
+        got = container.wait_received(before + 3)[before:]
+        assert [(tag, payload) for _, tag, payload, _ in got] == [(b"\x01", b""), (b"\x02", b""), (b"\x04", good)]
+        assert 2 not in settled_ids
+    finally:
+        raw.close()
+    assert router.proc.poll() is None
