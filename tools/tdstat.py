@@ -279,18 +279,112 @@ def render_nodes(rows: list[dict], verbose: bool = False) -> list[Table] | list[
     return [Table(title, headers, out)]
 
 
-ALLOCATOR_ATTRS = ["typeName", "typeSize", "transferBatchSize", "localFreeListMax", "totalAllocFromHeap",
+ALLOCATOR_ATTRS = ["identity", "typeName", "typeSize", "transferBatchSize", "localFreeListMax", "totalAllocFromHeap",
                    "heldByThreads", "batchesRebalancedToThreads", "batchesRebalancedToGlobal"]
 
 
-def render_memory(rows: list[dict], vm_size=None, verbose: bool = False) -> list[Table]:
+def render_memory(rows: list[dict], vm_size=None, verbose: bool = False) -> list[Table] | list[str]:
+    """qdstat -m: one row per type, sorted by type, named by the identity after its '/'; then the summary
+    (Pooled = sum of size x total)."""
+    if not rows or any(r.get("totalAllocFromHeap") is None for r in rows):
+        return ["No memory statistics available"]
     headers = ["type", "size", "batch", "thread-max", "total", "in-threads", "rebal-in", "rebal-out"]
-    out = [[r.get("typeName"), comma(r.get("typeSize")), comma(r.get("transferBatchSize")),
-            comma(r.get("localFreeListMax")), comma(r.get("totalAllocFromHeap")), comma(r.get("heldByThreads")),
-            comma(r.get("batchesRebalancedToThreads")), comma(r.get("batchesRebalancedToGlobal"))] for r in rows]
+    out = [[_after_slash(r.get("identity")) or r.get("typeName"), comma(r.get("typeSize")),
+            r.get("transferBatchSize"), comma(r.get("localFreeListMax")), comma(r.get("totalAllocFromHeap")),
+            comma(r.get("heldByThreads")), comma(r.get("batchesRebalancedToThreads")),
+            comma(r.get("batchesRebalancedToGlobal"))] for r in rows]
+    out.sort(key=lambda row: str(row[0]))
     pooled = sum((r.get("typeSize") or 0) * (r.get("totalAllocFromHeap") or 0) for r in rows)
     return [Table("Memory Pools", headers, out),
             Table("\nMemory Summary", ["VmSize", "Pooled"], [[fmt_mem(vm_size), fmt_mem(pooled)]])]
+
+
+def _after_slash(identity) -> str | None:
+    """qdstat's _identity_clean: the part of an identity after its first '/'."""
+    if not identity:
+        return None
+    return str(identity).split("/", 1)[-1]
+
+
+VHOST_ATTRS = ["hostname", "maxConnections", "maxMessageSize", "maxConnectionsPerUser", "maxConnectionsPerHost",
+               "allowUnknownUser", "groups"]
+
+
+def _plain(value) -> str:
+    """A value as qdstat prints it (Python's str: True/False, not true/false)."""
+    return "" if value is None else str(value)
+
+
+def render_vhosts(rows: list[dict], verbose: bool = False) -> list[Table] | list[str]:
+    if not rows:
+        return ["No Vhosts"]
+    headers = ["hostname", "maxConnections", "maxMessageSize", "maxConnectionsPerUser", "maxConnectionsPerHost",
+               "allowUnknownUser", "groups"]
+    out = [[r.get("hostname"), _plain(r.get("maxConnections")), _plain(r.get("maxMessageSize")),
+            _plain(r.get("maxConnectionsPerUser")), _plain(r.get("maxConnectionsPerHost")),
+            _plain(r.get("allowUnknownUser")), str(len(r.get("groups") or {}))] for r in rows]
+    return [Table("Vhosts", headers, out)]
+
+
+#: vhostGroups columns after vhost and group: (attribute, kind) with kind int, bool or (wide) str
+VHOST_GROUP_COLUMNS = [("maxConnectionsPerUser", int), ("maxConnectionsPerHost", int), ("maxMessageSize", int),
+                       ("maxFrameSize", int), ("maxSessionWindow", int), ("maxSessions", int),
+                       ("maxSenders", int), ("maxReceivers", int), ("allowDynamicSource", bool),
+                       ("allowAnonymousSender", bool), ("allowUserIdProxy", bool), ("allowWaypointLinks", bool),
+                       ("allowDynamicLinkRoutes", bool), ("allowAdminStatusUpdate", bool),
+                       ("allowFallbackLinks", bool)]
+VHOST_GROUP_STRINGS = ["users", "remoteHosts", "sources", "targets", "sourcePattern", "targetPattern"]
+
+
+def _group_value(group: dict, key: str, defaults: dict, kind) -> str:
+    """qdstat's showNodefault*: the group's own value, else the schema's default, else '(nil)' ('False'
+    for a boolean)."""
+    if key in group:
+        return _plain(group[key])
+    if key in defaults:
+        return _plain(defaults[key])
+    return "False" if kind is bool else "(nil)"
+
+
+def render_vhostgroups(rows: list[dict], defaults: dict | None = None,
+                       verbose: bool = False) -> list[Table] | list[str]:
+    """qdstat --vhostgroups: one table of every vhost's groups' limits and switches, then per group a
+    table of its (possibly long) user, host and address lists. ``defaults``: the vhostUserGroupSettings
+    defaults from GET-SCHEMA."""
+    if not rows:
+        return ["No Vhosts"]
+    defaults = defaults or {}
+    headers = ["vhost", "group"] + [k for k, _ in VHOST_GROUP_COLUMNS]
+    table = []
+    details: list = []
+    for r in rows:
+        for gname, group in (r.get("groups") or {}).items():
+            group = group or {}
+            table.append([r.get("hostname"), gname] + [_group_value(group, k, defaults, kind)
+                                                       for k, kind in VHOST_GROUP_COLUMNS])
+    for r in rows:
+        for gname, group in (r.get("groups") or {}).items():
+            group = group or {}
+            attrs = [["vhost", r.get("hostname")], ["group", gname]]
+            attrs += [[k, _group_value(group, k, defaults, str)] for k in VHOST_GROUP_STRINGS]
+            details.append(Table(f"\nVhost '{r.get('hostname')}' UserGroup '{gname}'", ["attr", "value"], attrs))
+    return [Table("Vhost Groups", headers, table), *details]
+
+
+VHOST_STATS_ATTRS = ["hostname", "connectionsApproved", "connectionsDenied", "connectionsCurrent", "sessionDenied",
+                     "senderDenied", "receiverDenied", "maxMessageSizeDenied", "perUserState"]
+
+
+def render_vhoststats(rows: list[dict], verbose: bool = False) -> list[Table] | list[str]:
+    """qdstat --vhoststats: the counters of each vhost, then the connections of each user."""
+    if not rows:
+        return ["No Vhost Stats"]
+    headers = VHOST_STATS_ATTRS[:8]
+    stats = [[r.get("hostname")] + [_plain(r.get(a)) for a in headers[1:]] for r in rows]
+    users = [[r.get("hostname"), user, _plain(state)]
+             for r in rows for user, state in (r.get("perUserState") or {}).items()]
+    return [Table("Vhost Stats", headers, stats),
+            Table("\nVhost User Stats", ["vhost", "user", "remote hosts"], users)]
 
 
 AUTOLINK_ATTRS = ["address", "direction", "phase", "externalAddress", "linkRef", "operStatus", "lastError"]
@@ -364,7 +458,13 @@ VIEWS: dict[str, tuple[str, list[str], Callable]] = {
     "memory": (T + "allocator", ALLOCATOR_ATTRS, render_memory),
     "autolinks": (T + "router.config.autoLink", AUTOLINK_ATTRS, render_autolinks),
     "linkroutes": (T + "router.config.linkRoute", LINKROUTE_ATTRS, render_linkroutes),
+    "vhosts": (T + "vhost", VHOST_ATTRS, render_vhosts),
+    "vhostgroups": (T + "vhost", ["hostname", "groups"], render_vhostgroups),
+    "vhoststats": (T + "vhostStats", VHOST_STATS_ATTRS, render_vhoststats),
 }
+#: Views qdstat prints without the date and router id lines (tools/qdstat displayVhosts and the like).
+HEADERLESS_VIEWS = {"vhosts", "vhostgroups", "vhoststats"}
+GROUP_SETTINGS = "vhostUserGroupSettings"
 
 
 def fetch_view(client: ManagementClient, view: str, *, limit=None, router_id=None) -> dict:
@@ -374,6 +474,10 @@ def fetch_view(client: ManagementClient, view: str, *, limit=None, router_id=Non
     if view == "memory":
         [r] = client.query(T + "router", ["memoryUsage"], router_id=router_id) or [{}]
         data["vm_size"] = r.get("memoryUsage")
+    if view == "vhostgroups":
+        schema = client.call("GET-SCHEMA", router_id=router_id) if data["rows"] else {}
+        attrs = (schema.get("entityTypes", {}).get(GROUP_SETTINGS, {}).get("attributes", {}))
+        data["defaults"] = {k: a["default"] for k, a in attrs.items() if isinstance(a, dict) and "default" in a}
     return data
 
 
@@ -381,6 +485,8 @@ def render_view(view: str, data: dict, *, verbose: bool = False, csv: bool = Fal
     renderer = VIEWS[view][2]
     if view == "memory":
         parts = renderer(data["rows"], data.get("vm_size"), verbose=verbose)
+    elif view == "vhostgroups":
+        parts = renderer(data["rows"], data.get("defaults"), verbose=verbose)
     else:
         parts = renderer(data["rows"], verbose=verbose)
     return render_lines(parts, csv)
@@ -426,7 +532,8 @@ def run(opts, out=sys.stdout) -> int:
         if opts.json:
             print(json.dumps(data["rows"], indent=2, default=str), file=out)
             return 0
-        lines = header(now, _router_id(client)) + render_view(opts.view, data, verbose=opts.verbose, csv=opts.csv)
+        lines = [] if opts.view in HEADERLESS_VIEWS else header(now, _router_id(client, opts.router))
+        lines += render_view(opts.view, data, verbose=opts.verbose, csv=opts.csv)
         print("\n".join(lines), file=out)
     return 0
 
@@ -443,6 +550,9 @@ def parser() -> argparse.ArgumentParser:
                               (("-m", "--memory"), "memory", "memory use"),
                               (("--autolinks",), "autolinks", "auto-links"),
                               (("--linkroutes",), "linkroutes", "link routes"),
+                              (("--vhosts",), "vhosts", "vhost policies"),
+                              (("--vhostgroups",), "vhostgroups", "vhost user groups"),
+                              (("--vhoststats",), "vhoststats", "vhost statistics"),
                               (("-e", "--edge"), "edge", "edge router connections"),
                               (("--broker",), "broker", "a tdbroker's queues and broker connections")):
         views.add_argument(*flags, dest="view", action="store_const", const=view, help=f"show {text}")

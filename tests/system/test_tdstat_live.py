@@ -122,9 +122,10 @@ def test_memory_view(live_router):
     lines = mask(tdstat(live_router, "-m")).splitlines()
     assert lines[3:5] == ["Memory Pools", "  type              size  batch  thread-max  total  in-threads  rebal-in  "
                                           "rebal-out"]
-    rows = {line.split()[0]: line.split() for line in lines[6:9]}
-    assert rows["RouterConnection"][4] == "3" and rows["Address"][4] == "5"
-    assert lines[9:12] == ["", "Memory Summary", "  VmSize  Pooled"] or lines[11].split() == ["VmSize", "Pooled"]
+    rows = {line.split()[0]: line.split() for line in lines[6:10]}
+    assert list(rows) == ["Address", "InDelivery", "RouterConnection", "RouterLink"]   # sorted, as qdstat
+    assert rows["RouterConnection"][4] == "3" and rows["Address"][4] == "7"
+    assert lines[10:13] == ["", "Memory Summary", "  VmSize  Pooled"] or lines[12].split() == ["VmSize", "Pooled"]
 
 
 def test_unreachable_router_is_one_line_error(tmp_path):
@@ -154,7 +155,7 @@ Router Statistics
   Auto Links                       1
   Links                            4
   Nodes                            0
-  Addresses                        5
+  Addresses                        7
   Connections                      3
   Presettled Count                 0
   Dropped Presettled Count         0
@@ -201,14 +202,16 @@ Router Links
 Router.Live
 
 Router Addresses
-  class    addr               phs  distrib       pri  local  remote  in  out  thru  fallback
-  ============================================================================================
-  local    $management             closest       -    0      0       0   0    0     0
-  mobile   $management        0    closest       -    0      0       7   0    0     0
-  mobile   closest.work       0    closest       -    1      0       0   0    0     0
-  link-in  lr                      linkBalanced  -    0      0       0   0    0     0
-  mobile   multicast.news     0    multicast     -    1      0       3   3    0     0
-  local    temp.XXXXXXXXXXXX       closest       -    1      0       0   0    0     0
+  class    addr                   phs  distrib       pri  local  remote  in  out  thru  fallback
+  ================================================================================================
+  local    $_management_internal       closest       -    0      0       0   0    0     0
+  local    $management                 closest       -    0      0       0   0    0     0
+  mobile   $management            0    closest       -    0      0       7   0    0     0
+  mobile   _$qd.edge_heartbeat    0    balanced      -    0      0       0   0    0     0
+  mobile   closest.work           0    closest       -    1      0       0   0    0     0
+  link-in  lr                          linkBalanced  -    0      0       0   0    0     0
+  mobile   multicast.news         0    multicast     -    1      0       3   3    0     0
+  local    temp.XXXXXXXXXXXX           closest       -    1      0       0   0    0     0
 ''',
     'nodes': '''\
 <DATE>
@@ -251,14 +254,16 @@ Router Links
 Router.Live
 
 Router Addresses
-  class    addr               phs  distrib       pri  in-proc  local  remote  in  out  thru  fallback  to-proc  from-proc
-  =========================================================================================================================
-  local    $management             closest       -    1        0      0       0   0    0     0         0        0
-  mobile   $management        0    closest       -    1        0      0       17  0    0     0         0        0
-  mobile   closest.work       0    closest       -    0        1      0       0   0    0     0         0        0
-  link-in  lr                      linkBalanced  -    0        0      0       0   0    0     0         0        0
-  mobile   multicast.news     0    multicast     -    0        1      0       3   3    0     0         0        0
-  local    temp.XXXXXXXXXXXX       closest       -    0        1      0       0   0    0     0         0        0
+  class    addr                   phs  distrib       pri  in-proc  local  remote  in  out  thru  fallback  to-proc  from-proc
+  =============================================================================================================================
+  local    $_management_internal       closest       -    1        0      0       0   0    0     0         0        0
+  local    $management                 closest       -    1        0      0       0   0    0     0         0        0
+  mobile   $management            0    closest       -    1        0      0       17  0    0     0         0        0
+  mobile   _$qd.edge_heartbeat    0    balanced      -    0        0      0       0   0    0     0         0        0
+  mobile   closest.work           0    closest       -    0        1      0       0   0    0     0         0        0
+  link-in  lr                          linkBalanced  -    0        0      0       0   0    0     0         0        0
+  mobile   multicast.news         0    multicast     -    0        1      0       3   3    0     0         0        0
+  local    temp.XXXXXXXXXXXX           closest       -    0        1      0       0   0    0     0         0        0
 ''',
     'connections_csv': '''\
 <DATE>
@@ -275,10 +280,10 @@ Connections
 Router.Live
 
 Router Addresses
-  class  addr               phs  distrib  pri  local  remote  in  out  thru  fallback
-  =====================================================================================
-  local  $management             closest  -    0      0       0   0    0     0
-  local  temp.XXXXXXXXXXXX       closest  -    1      0       0   0    0     0
+  class  addr                   phs  distrib  pri  local  remote  in  out  thru  fallback
+  =========================================================================================
+  local  $_management_internal       closest  -    0      0       0   0    0     0
+  local  $management                 closest  -    0      0       0   0    0     0
 ''',
     'edge': '''\
 <DATE>

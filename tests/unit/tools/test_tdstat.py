@@ -432,3 +432,65 @@ def test_broker_view():
         "  " + "=" * 49,
         "  to-router  tcp://127.0.0.1:5672  STARTED  2",
     ]
+
+
+# -- qdstat -m and the vhost views ---------------------------------------------------------------------------
+def _pool(name, size, batch, tmax, total, held, rin, rout):
+    return {"identity": f"allocator/{name}", "typeName": name, "typeSize": size, "transferBatchSize": batch,
+            "localFreeListMax": tmax, "totalAllocFromHeap": total, "heldByThreads": held,
+            "batchesRebalancedToThreads": rin, "batchesRebalancedToGlobal": rout}
+
+
+def test_memory_view_is_qdstats_layout_sorted_by_type():
+    rows = [_pool("qdr_action_t", 136, 64, 128, 192, 128, 2, 3), _pool("qd_connection_t", 2472, 16, 32, 16, 16, 0, 0),
+            _pool("qd_bitmask_t", 24, 64, 128, 128, 128, 0, 0)]
+    lines = render_view("memory", {"rows": rows, "vm_size": 107409408})
+    assert lines == [
+        "Memory Pools",
+        "  type             size   batch  thread-max  total  in-threads  rebal-in  rebal-out",
+        "  " + "=" * 83,
+        "  qd_bitmask_t     24     64     128         128    128         0         0",
+        "  qd_connection_t  2,472  16     32          16     16          0         0",
+        "  qdr_action_t     136    64     128         192    128         2         3",
+        "",
+        "Memory Summary",
+        "  VmSize   Pooled",
+        "  =================",
+        "  102 MiB  67 KiB",
+    ]
+    assert render_view("memory", {"rows": [], "vm_size": 1}) == ["No memory statistics available"]
+
+
+VHOST_ROW = {"hostname": "$default", "maxConnections": 6, "maxMessageSize": 0, "maxConnectionsPerUser": 2,
+             "maxConnectionsPerHost": 65535, "allowUnknownUser": False,
+             "groups": {"admin": {"users": "admin", "allowDynamicSource": True, "maxSenders": 5}}}
+
+
+def test_vhost_views_are_qdstats_layout():
+    assert render_view("vhosts", {"rows": [VHOST_ROW]}) == [
+        "Vhosts",
+        "  hostname  maxConnections  maxMessageSize  maxConnectionsPerUser  maxConnectionsPerHost  "
+        "allowUnknownUser  groups",
+        "  " + "=" * 114,
+        "  $default  6               0               2                      65535                  "
+        "False             1",
+    ]
+    lines = render_view("vhostgroups", {"rows": [VHOST_ROW], "defaults": {"maxFrameSize": 16384,
+                                                                          "allowUserIdProxy": False}})
+    assert lines[0] == "Vhost Groups"
+    head, row = lines[1].split(), lines[3].split()
+    values = dict(zip(head, row))
+    assert values["maxSenders"] == "5" and values["maxFrameSize"] == "16384"
+    assert values["maxSessions"] == "(nil)" and values["allowDynamicSource"] == "True"
+    assert values["allowUserIdProxy"] == "False" and values["allowWaypointLinks"] == "False"
+    assert lines[4:8] == ["", "Vhost '$default' UserGroup 'admin'", "  attr           value", "  " + "=" * 25]
+    assert lines[8:11] == ["  vhost          $default", "  group          admin", "  users          admin"]
+    assert render_view("vhosts", {"rows": []}) == ["No Vhosts"]
+    stats = {"hostname": "$default", "connectionsApproved": 3, "connectionsDenied": 1, "connectionsCurrent": 2,
+             "sessionDenied": 0, "senderDenied": 0, "receiverDenied": 0, "maxMessageSizeDenied": 0,
+             "perUserState": {"alice": 2}}
+    lines = render_view("vhoststats", {"rows": [stats]})
+    assert lines[0] == "Vhost Stats" and lines[3].split() == ["$default", "3", "1", "2", "0", "0", "0", "0"]
+    assert lines[4:9] == ["", "Vhost User Stats", "  vhost     user   remote hosts", "  " + "=" * 31,
+                          "  $default  alice  2"]
+    assert render_view("vhoststats", {"rows": []}) == ["No Vhost Stats"]
