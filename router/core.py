@@ -349,6 +349,10 @@ class Router(ConnectionHandler):
                 engine.open_link_like_remote(link)
             rl = RouterLink(link, rc, False, addr, capacity, lo.name, self.forwarder)
             rl.presettled_out = lo.remote_snd_settle_mode == proton.Link.SND_SETTLED
+            if addr.key[0] == "H" and rc.role == UPLINK_ROLE:
+                # An edge's own addresses (_edge/<edge>/...) come down with x-opt-qd.to, by which the edge
+                # routes them: Dispatch never strips annotations on edge connections (router_node.c).
+                rl.annotate_out = True
             if src.dynamic:
                 rl.dynamic_address = address
             self._own(rc, rl)
