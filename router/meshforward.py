@@ -139,6 +139,10 @@ class MeshForwarding:
                 # None from a client (a trusting connection) means "entered the network here"; from
                 # a router it means an ingress router that set nothing, which is still a mesh arrival.
                 ra = _EMPTY_RA if ind.link.inter_router else None
+            elif self.edge is not None and (ra.trace is not None or ra.ingress is not None):
+                # What came down an edge's uplink: an edge router neither reads nor passes on trace and
+                # ingress (Dispatch 1.19 router_node.c router_annotate_message), only to and phase.
+                ra = RouterAnnotations(to_override=ra.to_override, phase=ra.phase)
             to = None if link_addr is not None else \
                 (ra.to_override if ra is not None else None) or message_to(stripped)
         except CodecError as exc:
@@ -217,9 +221,15 @@ class MeshForwarding:
             targets = [self._pick_balanced_mesh(ind, addr, rlinks, remote)]
         if ra is None:
             addr.deliveries_ingress += 1
-        elif not rlinks:
-            addr.deliveries_transit += 1
-            self.deliveries_transit += 1
+        # Transit: each copy sent to another router, counted by the router that sends it (Dispatch 1.19
+        # forwarder.c), so every router along a path counts it, the ingress router too.
+        to_routers = 0
+        for ol in targets:
+            if ol.inter_router:
+                to_routers += 1
+        if to_routers:
+            addr.deliveries_transit += to_routers
+            self.deliveries_transit += to_routers
         for ol in targets:
             if ol.annotate_out:
                 ind.mesh_msg = self.annotated(ind, addr, ind.msg)
