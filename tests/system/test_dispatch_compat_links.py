@@ -32,6 +32,7 @@ from proton.utils import BlockingConnection
 
 from tests.system.clients import _Client, close_all
 from tests.system.harness import RouterProcess
+from tests.system.meshharness import Mesh
 from wire import management as wm
 
 TIMEOUT = 20.0
@@ -508,3 +509,49 @@ def test_empty_transfers_and_an_aborted_empty_delivery_on_a_link_route_as_in_dis
     finally:
         raw.close()
     assert router.proc.poll() is None
+
+
+MESH_A = """\
+listener {
+    name: lrpeer
+    host: 127.0.0.1
+    port: 0
+    role: route-container
+    authenticatePeer: no
+    saslMechanisms: ANONYMOUS
+}
+linkRoute {
+    prefix: $coordinator
+    direction: in
+    connection: lrpeer
+}
+"""
+MESH_B = "linkRoute {\n    prefix: $coordinator\n    direction: in\n}\n"  # on every router, as older configs do
+
+
+def test_a_coordinator_is_link_routed_across_a_mesh(tmp_path):
+    """A client of B declares a transaction with the coordinator behind A."""
+    mesh = Mesh(tmp_path, None)
+    mesh.add("A", sections=MESH_A)
+    mesh.add("B", connect={"A": 1}, sections=MESH_B)
+    container = Peer(mesh["A"].url_for("lrpeer"), container_id="mesh-coordinator").start()
+    client = Peer(mesh.url("B")).start()
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        for attempt in itertools.count(1):  # until B has learned A's route (qd:no-route-to-dest before)
+            name = f"mesh-txn-ctrl-{attempt}"
+            client.attach(name, None, sender=True, coordinator=True)
+            client.wait_for(lambda: name in client.closed or client.opened.get(name, (0,) * 4)[2]
+                            == Terminus.COORDINATOR, TIMEOUT, f"the answer to {name}")
+            if name not in client.closed:
+                break
+            assert client.closed[name][0] == "qd:no-route-to-dest" and time.monotonic() < deadline, client.closed
+            time.sleep(0.1)
+        assert container.target_types[name] == Terminus.COORDINATOR
+        [tag] = client.send(name, [bytes(Message(body=Described(symbol("amqp:declare:list"), [None])).encode())])
+        [(state, _, data)] = client.wait_outcomes([tag])
+        assert (state, data) == (DECLARED, [b"txn-1"])
+    finally:
+        client.close()
+        container.close()
+        mesh.stop_all()
