@@ -22,9 +22,11 @@ import threading
 import time
 import uuid
 
+import proton
 import pytest
 from proton import Message
-from proton.reactor import LinkOption
+from proton.handlers import MessagingHandler
+from proton.reactor import Container, LinkOption
 from proton.utils import BlockingConnection
 
 from tests.system.clients import Consumer, Producer, close_all
@@ -143,13 +145,14 @@ def test_unsettled_multicast_to_three_accepting_consumers_settles_on_one_router(
     _check_multicast(consumers)
 
 
-def test_unsettled_multicast_to_three_accepting_consumers_settles_across_a_mesh(square):
-    """Consumers on A, B and C (C two hops from A by two equal paths), the producer on A: each accepts
-    every message, and each of the producer's sends returns accepted."""
-    address = "multicast/mesh"
-    consumers = [Consumer(square.url(r), address, credit=5).start() for r in "ABC"]
-    _wait_known(square, "A", address, 3)
-    _send_blocking(square.url("A"), address, N_MULTICAST)
+@pytest.mark.parametrize("producer_at, consumers_at", [("A", "ABC"), ("A", "BCD"), ("B", "DDD")])
+def test_unsettled_multicast_to_three_accepting_consumers_settles_across_a_mesh(square, producer_at, consumers_at):
+    """Three consumers on the square's routers (C is two hops from A by two equal paths, D two from B):
+    each accepts every message once, and each of the producer's sends returns accepted."""
+    address = f"multicast/mesh.{producer_at}.{consumers_at}"
+    consumers = [Consumer(square.url(r), address, credit=5).start() for r in consumers_at]
+    _wait_known(square, producer_at, address, len(set(consumers_at)))
+    _send_blocking(square.url(producer_at), address, N_MULTICAST)
     _check_multicast(consumers)
 
 
@@ -235,3 +238,226 @@ def test_balanced_across_a_line_splits_as_dispatch(weighted_line, omit_middle, e
                             "all 100 messages at the receivers")
     counts = tuple(receivers[r].received() if r in receivers else 0 for r in "ABC")
     assert counts == expected
+
+
+# -- chained waypoints ----------------------------------------------------------------------------------
+
+CHAIN = """\
+address {
+    prefix: chain
+    waypoint: yes
+    ingressPhase: 0
+    egressPhase: 2
+}"""
+
+
+class WaypointCapability(LinkOption):
+    """Declares the link's node a waypoint ``qd.waypoint.N`` (on the source of a receiver, the target of a
+    sender), as Artemis' broker connections and Dispatch's own waypoint tests do."""
+
+    def __init__(self, ordinal: int):
+        self.symbol = f"qd.waypoint.{ordinal}"
+
+    def apply(self, link) -> None:
+        node = link.source if link.is_receiver else link.target
+        node.capabilities.put_array(False, proton.Data.SYMBOL)
+        node.capabilities.enter()
+        node.capabilities.put_symbol(self.symbol)
+        node.capabilities.exit()
+
+
+class Waypoint(MessagingHandler):
+    """A plain proton container acting as waypoint N of ``address`` (what a broker queue between two
+    phases does): it receives phase N-1, sends each message on as phase N, and accepts the one it received
+    once the router has accepted the one it sent. Runs in its own thread; ``passed`` counts messages."""
+
+    def __init__(self, url: str, address: str, ordinal: int, window: int = 20):
+        super().__init__(prefetch=0, auto_accept=False, auto_settle=True)
+        self.url, self.address, self.ordinal, self.window = url, address, ordinal, window
+        self.passed = 0
+        self.bodies: set = set()  # the bodies of the messages passed on
+        self.ready = threading.Event()
+        self.errors: list = []
+        self._held: dict = {}  # outgoing delivery -> the incoming one it carries
+        self._backlog: collections.deque = collections.deque()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._container = None
+
+    def start(self) -> "Waypoint":
+        self._thread.start()
+        assert self.ready.wait(TIMEOUT), f"waypoint {self.ordinal} did not attach: {self.errors}"
+        return self
+
+    def _run(self) -> None:
+        self._container = Container(self)
+        try:
+            self._container.run()
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            self.errors.append(repr(exc))
+
+    def on_start(self, event) -> None:
+        self.conn = event.container.connect(self.url, reconnect=False)
+        self.receiver = event.container.create_receiver(self.conn, self.address,
+                                                        options=WaypointCapability(self.ordinal))
+        self.sender = event.container.create_sender(self.conn, self.address,
+                                                    options=WaypointCapability(self.ordinal))
+        self.receiver.flow(self.window)
+
+    def on_link_opened(self, event) -> None:
+        if self.receiver.state & self.receiver.REMOTE_ACTIVE and self.sender.state & self.sender.REMOTE_ACTIVE:
+            self.ready.set()
+
+    def on_message(self, event) -> None:
+        self._backlog.append((event.delivery, event.message))
+        self._pump()
+
+    def on_sendable(self, event) -> None:
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._backlog and self.sender.credit > 0:
+            dlv, msg = self._backlog.popleft()
+            self._held[self.sender.send(msg)] = (dlv, msg.body)
+
+    def on_settled(self, event) -> None:
+        held = self._held.pop(event.delivery, None)
+        if held is None:
+            return
+        incoming, body = held
+        self.bodies.add(body)
+        incoming.update(incoming.ACCEPTED if event.delivery.remote_state == event.delivery.ACCEPTED
+                        else incoming.RELEASED)
+        incoming.settle()
+        self.passed += 1
+        self.receiver.flow(1)
+
+    def on_link_error(self, event) -> None:
+        self.errors.append(str(event.link.remote_condition))
+
+    def close(self) -> None:
+        if self._container is not None:
+            def stop():
+                self.conn.close()
+            self._container.schedule(0, _Call(stop))
+            self._thread.join(TIMEOUT)
+
+
+class _Call:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def on_timer_task(self, event) -> None:
+        self.fn()
+
+
+@pytest.fixture(scope="module")
+def chain_line(tmp_path_factory):
+    """A - B - C (cost 1), every router with ``chain`` as a two-waypoint address (phases 0 -> 1 -> 2)."""
+    mesh = Mesh(tmp_path_factory.mktemp("chain"), None, sections=ADDRESSES + "\n\n" + CHAIN)
+    mesh.add("A")
+    mesh.add("B", connect={"A": 1})
+    mesh.add("C", listen=False, connect={"B": 1})
+    yield mesh
+    _stop(mesh)
+
+
+def _address_rows(mesh: Mesh, address: str) -> dict:
+    """router -> phase -> (deliveriesIngress, deliveriesEgress, deliveriesTransit) of ``M<phase><address>``."""
+    out = {}
+    for r in mesh.routers:
+        rows = {row["name"]: row for row in query(mesh.url(r), "org.apache.qpid.dispatch.router.address")}
+        out[r] = {phase: (row["deliveriesIngress"], row["deliveriesEgress"], row["deliveriesTransit"])
+                  for phase in range(3) if (row := rows.get(f"M{phase}{address}")) is not None}
+        out[r] = {p: c for p, c in out[r].items() if any(c)}
+    return out
+
+
+# Shapes: where the producer, the phase-1 waypoints, the phase-2 waypoints and the consumer are.
+CHAIN_SHAPES = {
+    "series-2-routers": ("A", ["B"], ["A"], "B"),
+    "series-3-routers": ("A", ["B"], ["C"], "A"),
+    "parallel-2-routers": ("A", ["A", "B"], ["B", "A"], "B"),
+    "parallel-3-routers": ("A", ["B", "C"], ["C", "A"], "B"),
+}
+
+
+#: The line A - B - C: the routers a message crosses from one to another, both included.
+LINE = "ABC"
+
+
+def _path(src: str, dst: str) -> str:
+    i, j = LINE.index(src), LINE.index(dst)
+    return LINE[i:j + 1] if i <= j else LINE[j:i + 1][::-1]
+
+
+def _expected_counters(legs_of: list) -> dict:
+    """Dispatch's per-phase address counters for messages whose legs (phase 0, 1, 2) are given as (from
+    router, to router): the router where a leg starts counts one deliveriesIngress (it came from a client
+    or waypoint link), the router where it ends one deliveriesEgress (a copy to such a link), and every
+    router of the path but the last one deliveriesTransit (a copy to the next router)."""
+    counters = {r: {p: [0, 0, 0] for p in range(3)} for r in LINE}
+    for legs in legs_of:
+        for phase, (src, dst) in enumerate(legs):
+            counters[src][phase][0] += 1
+            counters[dst][phase][1] += 1
+            for hop in _path(src, dst)[:-1]:
+                counters[hop][phase][2] += 1
+    return {r: {p: tuple(c) for p, c in phases.items() if any(c)} for r, phases in counters.items()}
+
+
+@pytest.mark.parametrize("shape", list(CHAIN_SHAPES))
+def test_chained_waypoints_across_a_mesh(chain_line, shape):
+    """Every message passes each phase exactly once, in series (one waypoint per phase) and in parallel
+    (two per phase, on different routers), and arrives once. The per-phase address counters (``router.address``
+    rows ``M0chain...``, ``M1chain...``, ``M2chain...``) are Dispatch's (src/router_core/transfer.c
+    qdr_link_forward_CT, forwarder.c): deliveriesIngress counts messages that came in on a client or waypoint
+    link of that router, deliveriesEgress copies sent to such a link, deliveriesTransit copies sent to
+    another router; the waypoints record which messages they passed, so the expected counts per router
+    follow from the line's paths."""
+    producer_at, first_at, second_at, consumer_at = CHAIN_SHAPES[shape]
+    address = f"chain.{shape}"
+    n = 200
+    mesh = chain_line
+    consumer = Consumer(mesh.url(consumer_at), address, credit=50).start()
+    first = [Waypoint(mesh.url(r), address, 1).start() for r in first_at]
+    second = [Waypoint(mesh.url(r), address, 2).start() for r in second_at]
+    try:
+        for phase, where in ((0, first_at), (1, second_at), (2, [consumer_at])):
+            _wait_phase_known(mesh, producer_at if phase == 0 else "A", address, phase, set(where))
+        producer = Producer(mesh.url(producer_at), address, count=n).start()
+        producer.wait(TIMEOUT)
+        assert producer.outcomes == {"accepted": n}
+        consumer.wait(TIMEOUT, count=n)
+        assert sorted(consumer.bodies, key=lambda b: int(b[1:])) == [f"m{i}" for i in range(n)]
+        assert sum(w.passed for w in first) == n and sum(w.passed for w in second) == n
+        if len(first) > 1:
+            assert all(w.passed > 0 for w in first + second), [w.passed for w in first + second]
+        assert not any(w.errors for w in first + second)
+        rows = _address_rows(mesh, address)
+    finally:
+        for w in first + second:
+            w.close()
+    assert consumer.received() == n  # no duplicate arrived meanwhile
+    legs_of = []
+    for i in range(n):
+        body = f"m{i}"
+        [one] = [first_at[k] for k, w in enumerate(first) if body in w.bodies]
+        [two] = [second_at[k] for k, w in enumerate(second) if body in w.bodies]
+        legs_of.append(((producer_at, one), (one, two), (two, consumer_at)))
+    expected = _expected_counters(legs_of)
+    got = {r: {p: c for p, c in phases.items() if any(c)} for r, phases in rows.items()}
+    assert got == expected
+
+
+def _wait_phase_known(mesh: Mesh, at: str, address: str, phase: int, routers: set) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    row = None
+    while time.monotonic() < deadline:
+        rows = {r["name"]: r for r in query(mesh.url(at), "org.apache.qpid.dispatch.router.address")}
+        row = rows.get(f"M{phase}{address}")
+        if row is not None:
+            known = (row.get("remoteCount") or 0) + (1 if row.get("subscriberCount") else 0)
+            if known >= len(routers):
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"{at} does not know phase {phase} of {address} on {routers}: {row}")
