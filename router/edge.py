@@ -1,4 +1,4 @@
-"""Edge mode: a router with one uplink (role ``edge``) to an interior router and no routing protocol.
+"""Edge mode: a router with one active uplink (role ``edge``) to an interior router and no routing protocol.
 
 Qpid Dispatch 1.19's edge mode (src/router_core/modules/edge_router/), simplified to what links can
 express (no address-tracking link yet):
@@ -11,8 +11,14 @@ express (no address-tracking link yet):
   somewhere in the mesh; the first credit makes the uplink a destination here, which in turn gives the
   local producer credit. Credit therefore still flows end to end.
 * Anonymous producers' messages for addresses without a local entry go up an anonymous sender.
+* Everything addressed to the edge itself (``_edge/<id>/...``, its dynamic reply addresses) comes down
+  one link whose router annotations are kept: it is routed by ``x-opt-qd.to``, since a link-addressed
+  producer's message has no ``to``.
 * Nothing that came down the uplink is sent back up (edge-echo prevention, DISPATCH-1156), and edges
-  neither add nor read ``x-opt-qd.trace``/``ingress`` (the uplink is a plain link to the interior).
+  neither add nor read ``x-opt-qd.trace``/``ingress``.
+* With several ``role: edge`` connectors, the first connection to open is the uplink; the others stay
+  open as standbys, carrying no links, and the oldest takes over when the uplink is lost
+  (src/router_core/modules/edge_router/connection_manager.c).
 
 The interior treats an ``edge`` connection like a client connection; that is all it needs for this.
 """
@@ -74,12 +80,23 @@ class EdgeUplink:
         self.receivers: dict[str, RouterLink] = {}  # address key -> incoming link from the interior
         self.senders: dict[str, RouterLink] = {}  # address key -> outgoing link to the interior
         self.waiting: set = set()  # sender link pointers that have not seen credit yet
+        # Other open edge connections, oldest first: unused until the uplink is lost.
+        self.standby: list[RouterConnection] = []
 
     # -- the uplink connection -------------------------------------------------------------------
     def connection_opened(self, rc: RouterConnection) -> None:
+        """An edge connection (this router's connector) opened: the uplink if there is none, else a standby
+        that takes over when the uplink is lost (Dispatch 1.19 edge_router/connection_manager.c keeps one
+        edge connection active)."""
         if self.uplink is not None:
-            log.warning("edge router: a second uplink (connection %d) is not used", rc.engine.id)
+            if rc not in self.standby:
+                self.standby.append(rc)
+            log.info("edge router: connection %d to %s is a standby uplink", rc.engine.id,
+                     rc.engine.remote_container)
             return
+        self._activate(rc)
+
+    def _activate(self, rc: RouterConnection) -> None:
         self.uplink = rc
         self.session = rc.engine.connection.session()
         self.session.open()
@@ -94,27 +111,38 @@ class EdgeUplink:
         down.source.address = f"_edge/{self.id}"
         down.open()
         self.down = self._track(down, None, incoming=True)
+        # What comes down it is routed by its x-opt-qd.to (a link-addressed producer's message has no
+        # ``to``): annotations on an edge connection are never stripped (Dispatch 1.19 router_node.c).
+        self.down.keep_in = True
         for addr in list(self.addresses.values()):
             if addr.key[0] != "M":
                 continue
             if addr.rlinks:
                 self.consumer_added(addr)
-            if addr.key[0] == "M" and any(il.conn is not rc for il in addr.inlinks):
+            if any(il.conn is not rc for il in addr.inlinks):
                 self.producer_added(addr)
         log.info("edge router: uplink connection %d to %s up", rc.engine.id, rc.engine.remote_container)
 
     def connection_closed(self, rc: RouterConnection) -> None:
+        if rc in self.standby:
+            self.standby.remove(rc)
+            return
         if rc is not self.uplink:
             return
         self.uplink = None
         self.session = None
         self.anonymous = None
+        self.down = None
         for rl in list(self.senders.values()):
             self._drop_remote(rl)
         self.receivers.clear()
         self.senders.clear()
         self.waiting.clear()
         log.info("edge router: uplink lost")
+        if self.standby:
+            standby = self.standby.pop(0)
+            log.info("edge router: standby connection %d takes over as the uplink", standby.engine.id)
+            self._activate(standby)
 
     def _track(self, lo, addr, *, incoming: bool) -> RouterLink:
         rc = self.uplink
