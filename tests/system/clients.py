@@ -294,6 +294,11 @@ class _Client(MessagingHandler):
             self._cond.notify_all()
 
 
+# The base of the clients below, for test modules that need a peer of their own (one connection in one
+# thread, with its waiting and commands): subclass it and attach links in ``_open_links``.
+Client = _Client
+
+
 # Clients started and not closed yet; close_all() cleans up after a failed test.
 _live: set = set()
 
