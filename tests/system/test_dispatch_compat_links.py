@@ -30,7 +30,7 @@ from proton import Data, Delivery, Described, Link, Message, Terminus, symbol, u
 from proton.handlers import IncomingMessageHandler
 from proton.utils import BlockingConnection
 
-from tests.system.clients import _Client, close_all
+from tests.system.clients import Client, close_all
 from tests.system.harness import RouterProcess
 from tests.system.meshharness import Mesh
 from wire import management as wm
@@ -111,7 +111,7 @@ autoLink {
 _names = itertools.count(1)
 
 
-class Peer(_Client):
+class Peer(Client):
     """One proton connection that answers every attach the router sends it (mirroring the termini, a
     coordinator target included), records what arrives as bytes with its delivery tag, answers declares
     like a transaction coordinator, and sends raw payloads on links it attaches."""
