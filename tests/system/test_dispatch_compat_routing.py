@@ -26,7 +26,7 @@ import proton
 import pytest
 from proton import Message
 from proton.handlers import MessagingHandler
-from proton.reactor import Container, LinkOption
+from proton.reactor import ApplicationEvent, Container, EventInjector, LinkOption
 from proton.utils import BlockingConnection
 
 from tests.system.clients import Consumer, Producer, close_all
@@ -281,6 +281,7 @@ class Waypoint(MessagingHandler):
         self._held: dict = {}  # outgoing delivery -> the incoming one it carries
         self._backlog: collections.deque = collections.deque()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._injector = EventInjector()
         self._container = None
 
     def start(self) -> "Waypoint":
@@ -290,6 +291,7 @@ class Waypoint(MessagingHandler):
 
     def _run(self) -> None:
         self._container = Container(self)
+        self._container.selectable(self._injector)
         try:
             self._container.run()
         except Exception as exc:  # noqa: BLE001 - reported to the test
@@ -334,20 +336,17 @@ class Waypoint(MessagingHandler):
     def on_link_error(self, event) -> None:
         self.errors.append(str(event.link.remote_condition))
 
+    def on_waypoint_stop(self, event) -> None:
+        self.conn.close()
+        self._container.stop()
+
     def close(self) -> None:
+        """Close the connection and end the thread (woken through the injector: proton's container is
+        not to be called from another thread)."""
         if self._container is not None:
-            def stop():
-                self.conn.close()
-            self._container.schedule(0, _Call(stop))
+            self._injector.trigger(ApplicationEvent("waypoint_stop"))
             self._thread.join(TIMEOUT)
-
-
-class _Call:
-    def __init__(self, fn):
-        self.fn = fn
-
-    def on_timer_task(self, event) -> None:
-        self.fn()
+            self._injector.close()
 
 
 @pytest.fixture(scope="module")
