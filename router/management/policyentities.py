@@ -61,7 +61,9 @@ class VhostEntity(EntityAdapter):
             values.update(v.attrs)
             values["hostname"] = host
             values["groups"] = {name: _typed_group(g) for name, g in v.groups.items()}
-            out.append(self.row(host, host, values))
+            # Dispatch's identity: vhost/<hostname> (python/qpid_dispatch_internal/management/agent.py,
+            # VhostEntity._identifier); the name is the configured one (the hostname when none).
+            out.append(self.row(v.attrs.get("name") or host, f"vhost/{host}", values))
         return out
 
     def _vhost(self, attrs: dict):
@@ -124,7 +126,8 @@ class VhostStatsEntity(EntityAdapter):
         out = []
         for host, v in self.router.policy.vhosts.items():
             s = v.stats
-            out.append(self.row(host, host, {
+            name = f"vhostStats/{host}"   # Dispatch: VhostStatsEntity._identifier is the hostname
+            out.append(self.row(name, name, {
                 "hostname": host, "connectionsApproved": s.connections_approved,
                 "connectionsDenied": s.connections_denied, "connectionsCurrent": s.connections_current,
                 "sessionDenied": s.session_denied, "senderDenied": s.sender_denied,

@@ -230,6 +230,11 @@ def test_entity_names_and_identities_are_dispatchs(router):
         [connector] = client.query(T + "connector", ["name", "identity", "port"])
         assert connector["identity"] == f"connector/127.0.0.1:{connector['port']}:away"
         assert client.call("READ", type=T + "connector", identity=connector["identity"])["name"] == "away"
+        # vhost/<hostname> and vhostStats/<hostname> (Dispatch's VhostEntity and VhostStatsEntity identifiers)
+        assert client.query(T + "vhost", ["identity", "hostname"]) == [{"identity": "vhost/local",
+                                                                         "hostname": "local"}]
+        assert client.query(T + "vhostStats", ["name", "identity"]) == [{"name": "vhostStats/local",
+                                                                          "identity": "vhostStats/local"}]
         # A name no type has is Dispatch's 404.
         response = client.request("QUERY", name="self", body={"attributeNames": ["noSuchAttribute"]})
         assert response.status == wm.NOT_FOUND
