@@ -8,6 +8,12 @@ sits in the map (including ``x-opt-qd.class`` and the bare prefix); set appends 
 annotations, because 1.19 stops parsing at the first router key. User entries are copied byte for byte;
 only the map header (size/count) is rewritten, in its most compact form.
 
+Routers are named in ``x-opt-qd.ingress`` and ``x-opt-qd.trace`` as ``<area>/<router id>`` with area
+``0`` (Qpid Dispatch 1.19 src/router_node.c ``qd_router``: its node id is area, ``/``, id; e.g.
+``["0/A", "0/B"]``). With ``area_names=True`` :func:`set_router_annotations` writes router ids in that
+form and :func:`split_router_annotations` reads them back as plain router ids (a value without the area
+prefix is taken as it is), so the router itself deals in plain ids only.
+
 These functions walk the message only as far as the message-annotations section (with the section walker
 of :mod:`wire.codec`); damage further on is not their concern. Anything malformed up to there raises
 :class:`~wire.amqptypes.CodecError`. Messages are ``bytes`` (``bytearray`` works too); edits return new
@@ -28,16 +34,19 @@ from wire.codec import _section_end, _walk
 
 __all__ = [
     "RouterAnnotations", "read_router_annotations", "strip_router_annotations", "set_router_annotations",
-    "split_router_annotations", "ROUTER_PREFIX",
+    "split_router_annotations", "ROUTER_PREFIX", "AREA_PREFIX", "router_id_of",
 ]
 
 ROUTER_PREFIX = b"x-opt-qd."
+#: How Dispatch names a router in ingress and trace: area "0", then the router id.
+AREA_PREFIX = "0/"
 _PLEN = len(ROUTER_PREFIX)
 
 # Router-only annotation sections recur (one per address, ingress and path): split and set keep what
 # they computed for them. Bounded so that an endless variety of addresses cannot grow them forever.
 SECTION_CACHE_LIMIT = 4096
 _SPLIT_CACHE: dict = {}    # section bytes -> RouterAnnotations (shared: callers must not mutate them)
+_SPLIT_CACHE_IDS: dict = {}  # the same with area names read as router ids (area_names=True)
 _SECTION_CACHE: dict = {}  # (to, phase, ingress, trace tuple, stream) -> section bytes
 
 
@@ -217,6 +226,23 @@ def _annotations_from(msg, router) -> RouterAnnotations:
     return ra
 
 
+def router_id_of(name: str) -> str:
+    """The router id in a router name of ingress or trace (``"0/A"`` -> ``"A"``; ``"A"`` stays)."""
+    return name[2:] if name.startswith(AREA_PREFIX) else name
+
+
+def _as_router_ids(ra: RouterAnnotations) -> RouterAnnotations:
+    """``ra`` with ingress and trace read as router ids (a new object only when something changes)."""
+    ingress, trace = ra.ingress, ra.trace
+    if ingress is not None and ingress.startswith(AREA_PREFIX):
+        ingress = ingress[2:]
+    if trace:
+        trace = [t[2:] if t.startswith(AREA_PREFIX) else t for t in trace]
+    if ingress is ra.ingress and trace == ra.trace:
+        return ra
+    return RouterAnnotations(ra.to_override, ra.phase, ingress, trace, ra.stream)
+
+
 def read_router_annotations(msg: bytes) -> RouterAnnotations | None:
     """The router's annotations, or None when the message-annotations map has no ``x-opt-qd.*`` keys.
     Unknown router keys (``x-opt-qd.class``, the bare prefix, ...) are ignored but still make the result
@@ -280,10 +306,12 @@ def strip_router_annotations(msg: bytes) -> bytes:
         raise CodecError(f"malformed message: {e}") from None
 
 
-def split_router_annotations(msg: bytes) -> tuple[RouterAnnotations | None, bytes]:
+def split_router_annotations(msg: bytes, *, area_names: bool = False) -> tuple[RouterAnnotations | None, bytes]:
     """(the router annotations or None, the message without them) in one walk of the map: what a
-    router does with every message from a neighbour (route by the first, deliver the second)."""
+    router does with every message from a neighbour (route by the first, deliver the second). With
+    ``area_names`` ingress and trace are read as router ids (``"0/A"`` -> ``"A"``)."""
     try:
+        cache = _SPLIT_CACHE_IDS if area_names else _SPLIT_CACHE
         loc = _find_ma(msg)
         if loc is None:
             return None, msg
@@ -291,7 +319,7 @@ def split_router_annotations(msg: bytes) -> tuple[RouterAnnotations | None, byte
         section = msg[start:send]
         if type(section) is not bytes:
             section = bytes(section)
-        ra = _SPLIT_CACHE.get(section)
+        ra = cache.get(section)
         if ra is not None:  # a section seen before that held router keys only
             return ra, msg[:start] + msg[send:]
         if msg.find(ROUTER_PREFIX, vpos, send) < 0:
@@ -300,12 +328,14 @@ def split_router_annotations(msg: bytes) -> tuple[RouterAnnotations | None, byte
         if not router:
             return None, msg
         ra = _annotations_from(msg, router)
+        if area_names:
+            ra = _as_router_ids(ra)
         if not nuser:
             # Router keys only (what routers send when the client added no annotations): the same
             # bytes recur for every message of an address and path, so remember what they say.
-            if len(_SPLIT_CACHE) >= SECTION_CACHE_LIMIT:
-                _SPLIT_CACHE.clear()
-            _SPLIT_CACHE[section] = ra
+            if len(cache) >= SECTION_CACHE_LIMIT:
+                cache.clear()
+            cache[section] = ra
         return ra, _rebuild_ma(msg, start, vpos, send, spans, nuser, b"", 0)
     except CodecError:
         raise
@@ -344,6 +374,21 @@ def _enc_str_cached(s):
     return r
 
 
+_NODE_CACHE: dict = {}       # router id -> its name in the area form, encoded
+
+
+def _enc_node_cached(router_id):
+    r = _NODE_CACHE.get(router_id)
+    if r is None:
+        if not isinstance(router_id, str):
+            raise TypeError(f"expected str, got {type(router_id).__name__}")
+        r = _enc_str(AREA_PREFIX + router_id)
+        if len(_NODE_CACHE) >= 4096:
+            _NODE_CACHE.clear()
+        _NODE_CACHE[router_id] = r
+    return r
+
+
 def _enc_int(i):
     if -128 <= i <= 127:
         return bytes((0x54, i & 0xFF))
@@ -352,8 +397,9 @@ def _enc_int(i):
     raise CodecError(f"{i} does not fit in an AMQP int")
 
 
-def _router_entries(to_override, phase, ingress, trace, stream):
+def _router_entries(to_override, phase, ingress, trace, stream, area_names=False):
     """(encoded key/value pairs, number of pairs) for the given router annotations."""
+    enc_node = _enc_node_cached if area_names else _enc_str_cached
     parts = []
     count = 0
     if to_override is not None:
@@ -366,13 +412,13 @@ def _router_entries(to_override, phase, ingress, trace, stream):
         count += 1
     if ingress is not None:
         parts.append(_K_INGRESS)
-        parts.append(_enc_str_cached(ingress))
+        parts.append(enc_node(ingress))
         count += 1
     if trace is not None:
         parts.append(_K_TRACE)
         n = len(trace)
         if n:
-            items = b"".join([_enc_str_cached(t) for t in trace])
+            items = b"".join([enc_node(t) for t in trace])
             size = len(items)
             if size < 255 and n < 256:
                 parts.append(bytes((0xC0, size + 1, n)))
@@ -390,22 +436,23 @@ def _router_entries(to_override, phase, ingress, trace, stream):
 
 
 def set_router_annotations(msg: bytes, *, to_override=None, phase=None, ingress=None, trace=None,
-                           stream=None) -> bytes:
+                           stream=None, area_names: bool = False) -> bytes:
     """Replace the router annotations: every existing ``x-opt-qd.*`` key is removed, then the given
     (non-None) ones are appended after all user annotations, in the order to, phase, ingress, trace,
     stream. ``to_override``/``ingress`` encode as AMQP string, ``phase``/``stream`` as AMQP int
     (smallint when it fits), ``trace`` as a list of strings. The message-annotations section is created
     after header/delivery-annotations when absent, and dropped when it ends up empty. Returns ``msg``
-    itself when nothing changes (no router keys present and none given)."""
+    itself when nothing changes (no router keys present and none given). With ``area_names`` the router
+    ids given as ``ingress`` and ``trace`` are written in Dispatch's ``0/<id>`` form."""
     try:
         pos, code, vpos = _walk(msg, 2)
         if code != 0x72:
             # The mesh's common case (a client message without annotations, or one stripped on
             # arrival): the whole section is the same for every message of an address and path.
-            key = (to_override, phase, ingress, tuple(trace) if trace is not None else None, stream)
+            key = (to_override, phase, ingress, tuple(trace) if trace is not None else None, stream, area_names)
             section = _SECTION_CACHE.get(key)
             if section is None:
-                extra, nextra = _router_entries(to_override, phase, ingress, trace, stream)
+                extra, nextra = _router_entries(to_override, phase, ingress, trace, stream, area_names)
                 section = b"".join((b"\x00\x53\x72", _map_header(len(extra), 2 * nextra), extra)) if nextra else b""
                 if len(_SECTION_CACHE) >= SECTION_CACHE_LIMIT:
                     _SECTION_CACHE.clear()
@@ -413,7 +460,7 @@ def set_router_annotations(msg: bytes, *, to_override=None, phase=None, ingress=
             if not section:
                 return msg
             return b"".join((msg[:pos], section, msg[pos:]))
-        extra, nextra = _router_entries(to_override, phase, ingress, trace, stream)
+        extra, nextra = _router_entries(to_override, phase, ingress, trace, stream, area_names)
         if code == 0x72:
             send = _section_end(msg, vpos, 2, len(msg))
             spans, nuser, router = _ma_split(msg, vpos, send)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from proton import Message
 
-from wire.annotations import (read_router_annotations, set_router_annotations, split_router_annotations,
-                              strip_router_annotations)
+from wire.annotations import (RouterAnnotations, read_router_annotations, router_id_of, set_router_annotations,
+                              split_router_annotations, strip_router_annotations)
 from wire.codec import CodecError
 
 MESSAGES = [
@@ -50,3 +50,41 @@ def test_router_only_sections_are_remembered_and_user_annotations_are_not():
     r1, _ = split_router_annotations(with_user)
     r2, _ = split_router_annotations(with_user)
     assert r1 == r2 and r1 is not r2  # user entries vary per message: not cached
+
+
+# -- Dispatch's router names in ingress and trace: "0/<id>" (area 0) ----------------------------------
+
+def _proton_annotations(data):
+    m = Message()
+    m.decode(data)
+    return {str(k): v for k, v in (m.annotations or {}).items()}
+
+
+@pytest.mark.parametrize("msg", MESSAGES)
+def test_area_names_are_written_as_dispatch_names_routers(msg):
+    out = set_router_annotations(msg, to_override="q", ingress="A", trace=["A", "B"], area_names=True)
+    ann = _proton_annotations(out)
+    assert ann["x-opt-qd.ingress"] == "0/A"
+    assert ann["x-opt-qd.trace"] == ["0/A", "0/B"]
+    assert ann["x-opt-qd.to"] == "q"
+    # Raw reading sees the names; area reading gives the router ids back.
+    assert read_router_annotations(out).trace == ["0/A", "0/B"]
+    ra, stripped = split_router_annotations(out, area_names=True)
+    assert ra == RouterAnnotations(to_override="q", ingress="A", trace=["A", "B"])
+    assert stripped == strip_router_annotations(out)
+
+
+def test_area_reading_takes_plain_ids_as_they_are_and_caches_apart():
+    plain = Message(address="a", body="x").encode()
+    bare = set_router_annotations(plain, ingress="A", trace=["A", "0/B"])
+    ra, _ = split_router_annotations(bare, area_names=True)
+    assert ra.ingress == "A" and ra.trace == ["A", "B"]
+    raw_ra, _ = split_router_annotations(bare)
+    assert raw_ra.trace == ["A", "0/B"]      # the raw view is not the cached area view
+    assert split_router_annotations(bare, area_names=True)[0] is ra
+
+
+def test_router_id_of():
+    assert router_id_of("0/QDR.A") == "QDR.A"
+    assert router_id_of("QDR.A") == "QDR.A"
+    assert router_id_of("1/X") == "1/X"
