@@ -134,7 +134,7 @@ class MeshForwarding:
         the message without them (for local consumers); ``ind.ra`` keeps them for the next router."""
         link_addr = ind.link.address  # None on router data links (anonymous)
         try:
-            ra, stripped = split_router_annotations(msg)
+            ra, stripped = split_router_annotations(msg, area_names=True)  # "0/A" -> "A", as Dispatch names
             if ra is None:
                 # None from a client (a trusting connection) means "entered the network here"; from
                 # a router it means an ingress router that set nothing, which is still a mesh arrival.
@@ -268,7 +268,8 @@ class MeshForwarding:
         phase = addr.phase if addr.key[0] == "M" and addr.phase else None
         if phase is not None and to_override is None:
             to_override = addr.name
-        return set_router_annotations(msg, to_override=to_override, phase=phase, ingress=ingress, trace=trace)
+        return set_router_annotations(msg, to_override=to_override, phase=phase, ingress=ingress, trace=trace,
+                                      area_names=True)  # routers named "0/<id>" (Dispatch's router_node.c)
 
     def _valid_for_origin(self, addr: Address, remote: list, origin: str) -> list:
         """Keep a next-hop link only if this router is on the origin's shortest path to some router

@@ -53,7 +53,8 @@ def test_in_or_no_on_the_consumer_delivers_the_routers_annotations():
     h.pump()
     [got] = cons.received(rcv)
     keys = _router_keys(got)
-    assert keys["x-opt-qd.ingress"] == "R1" and list(keys["x-opt-qd.trace"]) == ["R1"]
+    # Routers named as Dispatch names them: area 0, then the id (router_node.c).
+    assert keys["x-opt-qd.ingress"] == "0/R1" and list(keys["x-opt-qd.trace"]) == ["0/R1"]
     settle(got, ACCEPTED)
     h.pump()
 
