@@ -26,11 +26,12 @@ from wire import management as wm
 from wire.management import ManagementError, bad_request, not_found
 
 from router import schema
-from router.addresses import CLOSEST
+from router.addresses import BALANCED, CLOSEST
 from router.logsetup import RECENT
 from router.management.base import EntityAdapter, TYPE_PREFIX
 from router.management.configentities import config_adapters
 from router.management.entities import operational_adapters
+from router.management.lookupserver import LOOKUP_ADDRESS, AddressLookupServer
 from router.management.othertypes import other_adapters
 from router.management.policyentities import policy_adapters
 
@@ -69,6 +70,7 @@ class ManagementAgent:
         self.clock = clock or router.clock
         self.started_at = self.clock()
         self.adapters: dict[str, EntityAdapter] = {}
+        self.lookup_server: AddressLookupServer | None = None
         for adapter in (*operational_adapters(self), *config_adapters(self), *policy_adapters(self),
                         *other_adapters(self)):
             self.adapters[adapter.type] = adapter
@@ -77,6 +79,9 @@ class ManagementAgent:
         add_internal = getattr(router, "add_internal_endpoint", None)
         if add_internal is not None:
             add_internal("L" + INTERNAL_ADDRESS, CLOSEST, self._internal_request)
+            if router.mode == "interior":   # Dispatch enables its lookup server on interior routers only
+                self.lookup_server = AddressLookupServer(router)
+                add_internal("M0" + LOOKUP_ADDRESS, BALANCED, self.lookup_server.on_request)
 
     def _internal_request(self, data: bytes) -> None:
         """A request to ``$_management_internal``: answered like one to ``$management``."""

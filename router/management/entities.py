@@ -17,6 +17,7 @@ from wire.management import bad_request
 
 from router.core import HEARTBEAT_ADDRESS, VERSION
 from router.management.base import EntityAdapter, require_str
+from router.management.lookupserver import LOOKUP_ADDRESS
 
 # Link counters a router-wide total is summed from (link attribute -> router attribute).
 LINK_TOTALS = {
@@ -278,7 +279,7 @@ class LinkEntity(EntityAdapter):
 
 
 #: Routing keys of the router's core endpoints (not in-process subscribers in Dispatch's terms).
-CORE_ENDPOINT_KEYS = frozenset({"M0" + HEARTBEAT_ADDRESS})
+CORE_ENDPOINT_KEYS = frozenset({"M0" + HEARTBEAT_ADDRESS, "M0" + LOOKUP_ADDRESS})
 
 
 class AddressEntity(EntityAdapter):

@@ -83,7 +83,7 @@ def router(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
     m = Mesh(tmp_path_factory.mktemp("mesh"), None)
-    m.add("A")
+    m.add("A", sections="linkRoute {\n    prefix: lr\n    direction: in\n    containerId: broker\n}")
     m.add("B", connect={"A": 1})
     m.wait_route("B", "A", TIMEOUT)
     yield m
@@ -273,3 +273,28 @@ def test_link_priorities_are_dispatchs(mesh):
             assert data == list(range(10)), (rid, direction, data)
         endpoint = [r["priority"] for r in links if r["linkType"] == "endpoint"]
         assert endpoint and set(endpoint) == {4}, (rid, endpoint)
+
+
+# -- the address lookup server of an interior router ------------------------------------------------------------
+def test_interior_lists_the_address_lookup_server_and_it_answers(mesh):
+    """What a Dispatch edge router asks its interior before it attaches a link-routed address
+    (address_lookup_server.c): version 1, opcode 1, body [address, receiving]."""
+    url = mesh.url("A")
+    with ManagementClient(url.replace("amqp://", ""), timeout=TIMEOUT) as client:
+        rows = {r["name"]: r for r in client.query(T + "router.address", ["name", "distribution", "inProcess"])}
+    assert rows["M0_$qd.addr_lookup"] == {"name": "M0_$qd.addr_lookup", "distribution": "balanced", "inProcess": 0}
+    conn = BlockingConnection(url, timeout=TIMEOUT)
+    try:
+        replies = conn.create_receiver(None, dynamic=True, credit=2)
+        sender = conn.create_sender("_$qd.addr_lookup")
+        answers = []
+        for address in ("lr.orders", "plain.queue"):
+            request = Message(reply_to=replies.remote_source.address, correlation_id=address,
+                              properties={"version": 1, "opcode": 1}, body=[address, True])
+            assert sender.send(request, timeout=TIMEOUT).remote_state == Delivery.ACCEPTED
+            reply = replies.receive(timeout=TIMEOUT)
+            answers.append((reply.correlation_id, reply.properties["status"], reply.body))
+    finally:
+        conn.close()
+    # lr.* is an 'in' link route of A with no container connected; plain.queue is no link route
+    assert answers == [("lr.orders", 0, [True, False]), ("plain.queue", 3, [False, False])]

@@ -448,3 +448,32 @@ def test_management_internal_address_is_served_by_the_agent(setup):
     assert heartbeat is not None and heartbeat.distribution == "balanced"
     rows = {r["name"]: r for r in query(agent, "org.apache.qpid.dispatch.router.address", ["name", "inProcess"])}
     assert rows["L$_management_internal"]["inProcess"] == 1 and rows["M0_$qd.edge_heartbeat"]["inProcess"] == 0
+
+
+def _lookup_request(address, receiving, **props):
+    props = {"version": proton.uint(1), "opcode": proton.uint(1), **props}
+    msg = proton.Message(reply_to="amqp:/_edge/E1/temp.r", correlation_id="q1", properties=props,
+                         body=[address, receiving])
+    return bytes(msg.encode())
+
+
+def test_address_lookup_server_answers_link_route_lookups_as_dispatch():
+    from router.management.lookupserver import LookupRequestError
+
+    cfg = parse_config(CONF.replace("id: R1", "id: R1\n    mode: interior"))
+    router = Router("R1", mode="interior", link_route_entities=cfg.link_routes)
+    agent = ManagementAgent(router, config=cfg)
+    server = agent.lookup_server
+    assert router.addresses.get("M0_$qd.addr_lookup").distribution == "balanced"
+    reply = proton.Message()
+    reply.decode(server.answer(_lookup_request("lr.orders", True)))     # an 'in' route, no container
+    assert reply.address == "amqp:/_edge/E1/temp.r" and reply.correlation_id == "q1"
+    assert reply.properties == {"version": 1, "opcode": 1, "status": 0} and reply.body == [True, False]
+    reply.decode(server.answer(_lookup_request("lr.orders", False)))    # no 'out' route for it
+    assert reply.properties["status"] == 3 and reply.body == [False, False]
+    for bad in (_lookup_request("x", True, version=proton.uint(2)), _lookup_request("x", True, opcode=proton.uint(7)),
+                b"\x00garbage"):
+        with pytest.raises(LookupRequestError):
+            server.answer(bad)
+    # a standalone router has no lookup server (Dispatch enables it on interior routers only)
+    assert ManagementAgent(Router("S1")).lookup_server is None
