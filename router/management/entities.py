@@ -278,6 +278,21 @@ class LinkEntity(EntityAdapter):
         return dict(row, adminStatus=status, operStatus="down")
 
 
+#: Dispatch lists its core's addresses in creation order: the router's own nodes first (qdstat --limit 2 -a
+#: shows M0$management and M0_$qd.edge_heartbeat), the management agent's local addresses after them. qdstat
+#: sorts by text only (a stable sort), so this order also decides between addresses of the same text.
+_OWN_NODES_FIRST = ("M0$management", "M0" + HEARTBEAT_ADDRESS, "M0_$qd.addr_lookup", "L$management",
+                    "L$_management_internal")
+_CLASS_ORDER = {"M": 0, "L": 1, "T": 2}   # local router-control addresses come before topological ones
+
+
+def _dispatch_order(key: str) -> tuple:
+    if key in _OWN_NODES_FIRST:
+        return 0, _OWN_NODES_FIRST.index(key)
+    text = key[2:] if key[:1] == "M" else key[1:]
+    return 1, text, _CLASS_ORDER.get(key[:1], 3), key
+
+
 #: Routing keys of the router's core endpoints (not in-process subscribers in Dispatch's terms).
 CORE_ENDPOINT_KEYS = frozenset({"M0" + HEARTBEAT_ADDRESS, "M0" + LOOKUP_ADDRESS})
 
@@ -297,7 +312,7 @@ class AddressEntity(EntityAdapter):
     def rows(self) -> list[dict]:
         r = self.router
         out = []
-        for key in sorted(r.addresses):
+        for key in sorted(r.addresses, key=_dispatch_order):
             addr = r.addresses[key]
             # Dispatch counts in-process subscribers (its Python agent); a core endpoint such as the
             # heartbeat server is none (src/router_core/agent_address.c inProcess).

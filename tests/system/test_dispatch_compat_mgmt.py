@@ -185,8 +185,8 @@ def test_fresh_router_lists_dispatchs_internal_addresses_and_they_work(router):
     lines = tdstat(router, "-a")
     _, table_rows = table(lines, "Router Addresses")
     internal = [r[:3] for r in table_rows if not r[1].startswith("temp.")]
-    assert internal == [["local", "$_management_internal", "closest"], ["local", "$management", "closest"],
-                        ["mobile", "$management", "0"], ["mobile", "_$qd.edge_heartbeat", "0"]]
+    assert internal == [["local", "$_management_internal", "closest"], ["mobile", "$management", "0"],
+                        ["local", "$management", "closest"], ["mobile", "_$qd.edge_heartbeat", "0"]]
 
     # $_management_internal answers management requests (Dispatch's Python agent's address), sent the way
     # Dispatch's client sends them: on a sender attached to the node's address, replies to a dynamic receiver.

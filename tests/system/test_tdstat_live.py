@@ -205,8 +205,8 @@ Router Addresses
   class    addr                   phs  distrib       pri  local  remote  in  out  thru  fallback
   ================================================================================================
   local    $_management_internal       closest       -    0      0       0   0    0     0
-  local    $management                 closest       -    0      0       0   0    0     0
   mobile   $management            0    closest       -    0      0       7   0    0     0
+  local    $management                 closest       -    0      0       0   0    0     0
   mobile   _$qd.edge_heartbeat    0    balanced      -    0      0       0   0    0     0
   mobile   closest.work           0    closest       -    1      0       0   0    0     0
   link-in  lr                          linkBalanced  -    0      0       0   0    0     0
@@ -257,8 +257,8 @@ Router Addresses
   class    addr                   phs  distrib       pri  in-proc  local  remote  in  out  thru  fallback  to-proc  from-proc
   =============================================================================================================================
   local    $_management_internal       closest       -    1        0      0       0   0    0     0         0        0
-  local    $management                 closest       -    1        0      0       0   0    0     0         0        0
   mobile   $management            0    closest       -    1        0      0       17  0    0     0         0        0
+  local    $management                 closest       -    1        0      0       0   0    0     0         0        0
   mobile   _$qd.edge_heartbeat    0    balanced      -    0        0      0       0   0    0     0         0        0
   mobile   closest.work           0    closest       -    0        1      0       0   0    0     0         0        0
   link-in  lr                          linkBalanced  -    0        0      0       0   0    0     0         0        0
@@ -280,10 +280,10 @@ Connections
 Router.Live
 
 Router Addresses
-  class  addr                   phs  distrib  pri  local  remote  in  out  thru  fallback
+  class   addr                 phs  distrib   pri  local  remote  in  out  thru  fallback
   =========================================================================================
-  local  $_management_internal       closest  -    0      0       0   0    0     0
-  local  $management                 closest  -    0      0       0   0    0     0
+  mobile  $management          0    closest   -    0      0       21  0    0     0
+  mobile  _$qd.edge_heartbeat  0    balanced  -    0      0       0   0    0     0
 ''',
     'edge': '''\
 <DATE>
