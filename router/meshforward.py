@@ -268,6 +268,8 @@ class MeshForwarding:
         phase = addr.phase if addr.key[0] == "M" and addr.phase else None
         if phase is not None and to_override is None:
             to_override = addr.name
+        if self.edge is not None:  # an edge router neither adds nor passes on trace and ingress (router_node.c)
+            ingress = trace = None
         return set_router_annotations(msg, to_override=to_override, phase=phase, ingress=ingress, trace=trace,
                                       area_names=True)  # routers named "0/<id>" (Dispatch's router_node.c)
 
