@@ -145,7 +145,7 @@ class Address:
         "deliveries_from_container",
         # balanced: unsettled deliveries of this address sent to each neighbour router (connection ->
         # count; Qpid Dispatch's outstanding_deliveries), which weigh that neighbour's data link
-        "outstanding",
+        "outstanding", "remote_costs",
     )
 
     def __init__(self, key: str, name: str, phase: int, distribution: str, pattern: str | None = None):
@@ -166,6 +166,7 @@ class Address:
         self.rnodes: dict = {}
         self.remote: list = []
         self.outstanding: dict = {}
+        self.remote_costs: dict = {}  # data link in ``remote`` -> path cost to the cheapest router behind it
         self.handler = None
 
     @property

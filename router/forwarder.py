@@ -461,8 +461,11 @@ class Forwarder:
         ind = ol.unsettled.pop(d, None)
         if ol.engine.output_blocked:
             self._recheck_output(ol.conn)
-        if self.outstanding_remote and ind is not None:
-            self.remote_settled(ind)
+        tracked = self.outstanding_remote
+        if tracked:
+            entry = tracked.pop(ind, None)
+            if entry is not None:
+                self._no_longer_outstanding(entry)
         if state == ACCEPTED and ind is not None and not ind.multicast:
             # The common case, inlined: an anycast copy accepted and settled by its consumer.
             ol.accepted += 1
@@ -677,13 +680,17 @@ class Forwarder:
         neighbour (see ``outstanding_remote``)."""
         entry = self.outstanding_remote.pop(ind, None)
         if entry is not None:
-            addr, conn = entry
-            outstanding = addr.outstanding
-            n = outstanding[conn] - 1
-            if n:
-                outstanding[conn] = n
-            else:
-                del outstanding[conn]  # no reference kept to a connection that may go away
+            self._no_longer_outstanding(entry)
+
+    @staticmethod
+    def _no_longer_outstanding(entry) -> None:
+        addr, conn = entry
+        outstanding = addr.outstanding
+        n = outstanding[conn] - 1
+        if n:
+            outstanding[conn] = n
+        else:
+            del outstanding[conn]  # no reference kept to a connection that may go away
 
     def grant_initial_credit(self, il: RouterLink) -> None:
         """Credit for a new incoming link: capacity now if it can go somewhere, else withheld."""

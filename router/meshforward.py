@@ -215,10 +215,22 @@ class MeshForwarding:
                 addr.rr += 1
             else:
                 targets = [remote[0]]
-        elif not rlinks and len(remote) == 1:
-            targets = remote  # one router serves it: nothing to balance
+        elif not remote and len(rlinks) == 1:
+            targets = rlinks  # one local consumer: nothing to weigh
+        elif not rlinks and len(remote) == 1 and remote[0].inter_router:
+            # One neighbour: nothing to weigh now, but what is outstanding there weighs later choices.
+            targets = remote
+            if ind.ptr is not None:
+                conn = remote[0].conn
+                outstanding = addr.outstanding
+                outstanding[conn] = outstanding.get(conn, 0) + 1
+                self.forwarder.outstanding_remote[ind] = (addr, conn)
         else:
-            targets = [self._pick_balanced_mesh(ind, addr, rlinks, remote)]
+            chosen = self._pick_balanced_mesh(ind, addr, rlinks, remote)
+            if chosen is None:  # no router behind these links is reached through here from its ingress
+                self.forwarder.no_route(ind, addr.name)
+                return
+            targets = [chosen]
         if ra is None:
             addr.deliveries_ingress += 1
         # Transit: each copy sent to another router, counted by the router that sends it (Dispatch 1.19
@@ -296,10 +308,16 @@ class MeshForwarding:
         the least eligible value wins, else the least ineligible one. Local links come first and a later
         candidate must be strictly better, so ties stay local; a local link with nothing outstanding is
         taken at once (routers are not looked at), and only then are the local links rotated
-        (DISPATCH-367).
+        (DISPATCH-367). None when there is no candidate.
         """
         best = spare = None
         best_value = spare_value = 0
+        routers = remote
+        if remote and not remote[0].inter_router:
+            # An edge router's uplink links are its local links towards the interior (Dispatch's edge
+            # address proxy attaches them as ordinary links), weighed like any local link.
+            rlinks = list(rlinks) + remote
+            routers = ()
         for ol in rlinks:
             value = len(ol.undelivered) + len(ol.unsettled)
             if ol.capacity > value:
@@ -314,9 +332,9 @@ class MeshForwarding:
             if len(own) > 1:
                 own.append(own.pop(0))
             return best
-        if remote:
+        if routers:
             outstanding = addr.outstanding
-            for ol, cost in self._remote_costs(ind, addr, remote):
+            for ol, cost in self._remote_costs(ind, addr, routers):
                 n = outstanding.get(ol.conn, 0)
                 value = n + cost
                 if ol.capacity > n:
@@ -325,12 +343,16 @@ class MeshForwarding:
                 elif best is None and (spare is None or value < spare_value):
                     spare, spare_value = ol, value
         chosen = best if best is not None else spare
-        if chosen.inter_router and ind.ptr is not None:
-            # counted until the copy settles or fails (Forwarder.remote_settled)
-            conn = chosen.conn
-            addr.outstanding[conn] = addr.outstanding.get(conn, 0) + 1
-            self.forwarder.outstanding_remote[ind] = (addr, conn)
+        if chosen is not None and chosen.inter_router and ind.ptr is not None:
+            self._outstanding_at(ind, addr, chosen.conn)
         return chosen
+
+    def _outstanding_at(self, ind: InDelivery, addr: Address, conn) -> None:
+        """An unsettled balanced copy goes to the neighbour on ``conn``: it weighs that neighbour until it
+        settles or fails (Forwarder.remote_settled)."""
+        outstanding = addr.outstanding
+        outstanding[conn] = outstanding.get(conn, 0) + 1
+        self.forwarder.outstanding_remote[ind] = (addr, conn)
 
     def _remote_costs(self, ind: InDelivery, addr: Address, remote: list) -> list:
         """(data link, cost) for each of ``remote``: the path cost to the cheapest router behind that link
@@ -338,6 +360,9 @@ class MeshForwarding:
         this router is on the shortest path from the message's ingress router (valid origins)."""
         ra = ind.ra
         origin = ra.ingress if ra is not None and ra.ingress and ra.ingress != self.id else None
+        if origin is None:  # entered the mesh here: every router behind a link counts (recompute_remote)
+            cached = addr.remote_costs
+            return [(ol, cached[ol]) for ol in remote if ol in cached]
         cheapest: dict = {}
         next_hops = self.next_hops
         costs = self.costs
@@ -433,6 +458,7 @@ class MeshForwarding:
             if ol not in best or cost < best[ol]:
                 best[ol] = cost
         addr.remote = sorted(best, key=lambda ol: (best[ol], ol.conn.mesh.peer_id))
+        addr.remote_costs = best
         if not had and addr.has_destination:
             self.forwarder.destination_appeared(addr)
         else:

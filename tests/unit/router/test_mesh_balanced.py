@@ -58,3 +58,28 @@ def test_settled_remote_deliveries_stop_weighing_the_neighbour():
         prod.send(snd, Message(body=i))
     h.pump()
     assert _counts(clients, receivers) == (65, 0, 70)
+
+
+def test_deliveries_outstanding_at_the_only_router_weigh_a_consumer_that_comes_later():
+    """40 unsettled messages went to C, the only router with a receiver; then a receiver attaches on A.
+    C now weighs 40 + 30, so A keeps the next 71 (while a <= 70) and then they alternate: of 100 more, A
+    gets 71 + 14 = 85 and C 15 (55 in all)."""
+    h = MeshHarness("A", "B", "C")
+    h.link("A", "B", cost=10)
+    h.link("B", "C", cost=20)
+    far = h.client("C")
+    rc = far.receiver("late", credit=200)
+    h.settle_topology(8)
+    prod = h.client("A")
+    snd = prod.sender("late")
+    h.pump()
+    for i in range(40):
+        prod.send(snd, Message(body=i))
+    h.pump()
+    near = h.client("A")
+    ra = near.receiver("late", credit=200)
+    h.pump()
+    for i in range(40, 140):
+        prod.send(snd, Message(body=i))
+    h.pump()
+    assert (len(near.received(ra)), len(far.received(rc))) == (85, 55)
