@@ -60,9 +60,10 @@ def run(opts) -> Any:
     with ManagementClient(opts.bus, timeout=opts.timeout, router_id=opts.router,
                           security=getattr(opts, "security", None)) as client:
         if op == "query":
-            if not opts.type:
-                raise SystemExit("tdmanage: query needs --type")
-            return client.query(opts.type, opts.args, limit=opts.limit)
+            # Without --type, every entity (Dispatch's untyped QUERY); attributes that do not apply (None)
+            # are left out of each entity, as qdmanage prints them (get_dicts(clean=True)).
+            rows = client.query(opts.type, opts.args, limit=opts.limit)
+            return [{k: v for k, v in row.items() if v is not None} for row in rows]
         if op in NODE_OPERATIONS:
             props = {"entityType": opts.type or (opts.args[0] if opts.args else None)}
             return client.call(NODE_OPERATIONS[op], name="self", **props)

@@ -14,6 +14,7 @@ qdstat and qdmanage show and answer, on real tdrouterd processes with real proto
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -238,6 +239,12 @@ def test_entity_names_and_identities_are_dispatchs(router):
         # A name no type has is Dispatch's 404.
         response = client.request("QUERY", name="self", body={"attributeNames": ["noSuchAttribute"]})
         assert response.status == wm.NOT_FOUND
+    # qdmanage query without --type: every entity, attributes that do not apply left out.
+    out = subprocess.run([sys.executable, "-m", "tools.tdmanage", "-b", bus(router), "query", "name", "linkCount"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
+    entities = json.loads(out)
+    assert [e for e in entities if "linkCount" in e] == [{"name": "router/QDR.S", "linkCount": row["linkCount"]}]
+    assert {"name": "listener/127.0.0.1:0"} in entities
 
 
 # -- GET-ATTRIBUTES / GET-OPERATIONS for every type ---------------------------------------------------------
