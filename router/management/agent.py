@@ -38,8 +38,12 @@ from router.management.policyentities import policy_adapters
 log = logging.getLogger("router.agent")
 
 # Operations the node itself answers (org.amqp.management / management in GET-OPERATIONS).
-NODE_OPERATIONS = ("QUERY", "GET-TYPES", "GET-ATTRIBUTES", "GET-OPERATIONS", "GET-MGMT-NODES", "READ",
-                   "GET-SCHEMA", "GET-JSON-SCHEMA", "GET-LOG")
+# Operations of the node (Qpid Dispatch 1.19 qdrouter.json, as qdmanage get-operations shows them): the AMQP
+# management ones, and Dispatch's own on its 'management' type (not PROFILE: it profiles Dispatch's Python
+# agent and has no counterpart here).
+AMQP_NODE_OPERATIONS = ("QUERY", "GET-TYPES", "GET-ANNOTATIONS", "GET-OPERATIONS", "GET-ATTRIBUTES",
+                        "GET-MGMT-NODES", "READ")
+NODE_OPERATIONS = ("GET-SCHEMA", "GET-JSON-SCHEMA", "GET-LOG", *AMQP_NODE_OPERATIONS)
 NODE_TYPES = {
     "org.apache.qpid.dispatch.entity": [],
     "org.apache.qpid.dispatch.configurationEntity": ["org.apache.qpid.dispatch.entity"],
@@ -101,6 +105,7 @@ class ManagementAgent:
             "DELETE": self._delete, "GET-TYPES": self._get_types, "GET-ATTRIBUTES": self._get_attributes,
             "GET-OPERATIONS": self._get_operations, "GET-MGMT-NODES": self._get_mgmt_nodes,
             "GET-SCHEMA": self._get_schema, "GET-JSON-SCHEMA": self._get_json_schema, "GET-LOG": self._get_log,
+            "GET-ANNOTATIONS": self._get_annotations,
         }.get(op)
         if handler is None:
             raise ManagementError(wm.NOT_IMPLEMENTED, f"operation '{op}' is not implemented")
@@ -233,11 +238,15 @@ class ManagementAgent:
             "org.apache.qpid.dispatch.entity": [],
             "org.apache.qpid.dispatch.configurationEntity": ["READ"],
             "org.apache.qpid.dispatch.operationalEntity": ["READ"],
-            "org.apache.qpid.dispatch.org.amqp.management": list(NODE_OPERATIONS),
+            "org.apache.qpid.dispatch.org.amqp.management": list(AMQP_NODE_OPERATIONS),
             MANAGEMENT_TYPE: list(NODE_OPERATIONS),
         }
         body.update({a.type: list(a.operations) for a in self._filtered(req)})
         return wm.OK, body
+
+    def _get_annotations(self, req: wm.Request) -> tuple[int, Any]:
+        """No type has annotations (Dispatch answers GET-ANNOTATIONS with an empty map too)."""
+        return wm.OK, {}
 
     def _get_mgmt_nodes(self, req: wm.Request) -> tuple[int, Any]:
         own = self.router.id

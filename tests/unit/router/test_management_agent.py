@@ -477,3 +477,14 @@ def test_address_lookup_server_answers_link_route_lookups_as_dispatch():
             server.answer(bad)
     # a standalone router has no lookup server (Dispatch enables it on interior routers only)
     assert ManagementAgent(Router("S1")).lookup_server is None
+
+
+def test_node_operations_are_dispatchs(setup):
+    _, agent, _ = setup
+    ops = call(agent, "GET-OPERATIONS").body
+    assert ops["org.apache.qpid.dispatch.org.amqp.management"] == [
+        "QUERY", "GET-TYPES", "GET-ANNOTATIONS", "GET-OPERATIONS", "GET-ATTRIBUTES", "GET-MGMT-NODES", "READ"]
+    assert set(ops["org.apache.qpid.dispatch.management"]) >= {"GET-SCHEMA", "GET-JSON-SCHEMA", "GET-LOG"}
+    for op in ops["org.apache.qpid.dispatch.management"]:
+        assert call(agent, op, name="self").status == 200, op
+    assert call(agent, "GET-ANNOTATIONS").body == {}
