@@ -182,7 +182,11 @@ def _int_value(b, vs, ve, key):
     return _as_int(_decode(b, vs, ve, 0)[0], key)
 
 
-def _trace_value(b, vs, ve):
+_AREA_BYTES = b"0/"
+
+
+def _trace_value(b, vs, ve, ids=False):
+    """The trace list; with ``ids`` its names read as router ids (area prefix dropped)."""
     c = b[vs]
     if c == 0xC0:                            # list8 of str8: the usual encoding
         count = b[vs + 2]
@@ -192,7 +196,10 @@ def _trace_value(b, vs, ve):
             if b[p] != 0xA1:
                 break
             e = p + 2 + b[p + 1]
-            out.append(b[p + 2:e].decode())
+            if ids and b.startswith(_AREA_BYTES, p + 2, e):
+                out.append(b[p + 4:e].decode())
+            else:
+                out.append(b[p + 2:e].decode())
             p = e
         else:
             if p != ve or vs + 2 + b[vs + 1] != ve:
@@ -206,19 +213,21 @@ def _trace_value(b, vs, ve):
     v = [_as_str(x, "trace") for x in v]
     if None in v:
         raise CodecError("x-opt-qd.trace holds a null")
-    return v
+    return [router_id_of(x) for x in v] if ids else v
 
 
-def _annotations_from(msg, router) -> RouterAnnotations:
-    """The RouterAnnotations for the router entries ``_ma_split`` found (unknown keys ignored)."""
+def _annotations_from(msg, router, ids=False) -> RouterAnnotations:
+    """The RouterAnnotations for the router entries ``_ma_split`` found (unknown keys ignored); with
+    ``ids`` ingress and trace read as router ids."""
     ra = RouterAnnotations()
     for name, vs, ve in router:
         if name == b"to":
             ra.to_override = _str_value(msg, vs, ve, "to")
         elif name == b"ingress":
-            ra.ingress = _str_value(msg, vs, ve, "ingress")
+            ingress = _str_value(msg, vs, ve, "ingress")
+            ra.ingress = router_id_of(ingress) if ids and ingress is not None else ingress
         elif name == b"trace":
-            ra.trace = _trace_value(msg, vs, ve)
+            ra.trace = _trace_value(msg, vs, ve, ids)
         elif name == b"phase":
             ra.phase = _int_value(msg, vs, ve, "phase")
         elif name == b"stream":
@@ -229,18 +238,6 @@ def _annotations_from(msg, router) -> RouterAnnotations:
 def router_id_of(name: str) -> str:
     """The router id in a router name of ingress or trace (``"0/A"`` -> ``"A"``; ``"A"`` stays)."""
     return name[2:] if name.startswith(AREA_PREFIX) else name
-
-
-def _as_router_ids(ra: RouterAnnotations) -> RouterAnnotations:
-    """``ra`` with ingress and trace read as router ids (a new object only when something changes)."""
-    ingress, trace = ra.ingress, ra.trace
-    if ingress is not None and ingress.startswith(AREA_PREFIX):
-        ingress = ingress[2:]
-    if trace:
-        trace = [t[2:] if t.startswith(AREA_PREFIX) else t for t in trace]
-    if ingress is ra.ingress and trace == ra.trace:
-        return ra
-    return RouterAnnotations(ra.to_override, ra.phase, ingress, trace, ra.stream)
 
 
 def read_router_annotations(msg: bytes) -> RouterAnnotations | None:
@@ -327,9 +324,7 @@ def split_router_annotations(msg: bytes, *, area_names: bool = False) -> tuple[R
         spans, nuser, router = _ma_split(msg, vpos, send)
         if not router:
             return None, msg
-        ra = _annotations_from(msg, router)
-        if area_names:
-            ra = _as_router_ids(ra)
+        ra = _annotations_from(msg, router, area_names)
         if not nuser:
             # Router keys only (what routers send when the client added no annotations): the same
             # bytes recur for every message of an address and path, so remember what they say.
