@@ -52,15 +52,16 @@ def edge_connector(name: str, port: int) -> str:
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory):
-    """A line A - B - C of interiors, edges EA (on A) and EC (on C); A and C also have a client listener
-    with stripAnnotations: no."""
+    """A line A - B - C of interiors, edges EA (on A) and EC (on C); A, C and EC also have a client
+    listener with stripAnnotations: no."""
     m = Mesh(tmp_path_factory.mktemp("edge-compat"), None)
     try:
         m.add("A", sections=EDGE_LISTENER + "\n\n" + KEEP_LISTENER)
         m.add("B", connect={"A": 1})
         m.add("C", listen=False, connect={"B": 1}, sections=EDGE_LISTENER + "\n\n" + KEEP_LISTENER)
         m.add("EA", listen=False, mode="edge", sections=edge_connector("uplink", m["A"].ports["edge"]))
-        m.add("EC", listen=False, mode="edge", sections=edge_connector("uplink", m["C"].ports["edge"]))
+        m.add("EC", listen=False, mode="edge",
+              sections=edge_connector("uplink", m["C"].ports["edge"]) + "\n\n" + KEEP_LISTENER)
         m.wait_route("A", "C", TIMEOUT)
         m.wait_route("C", "A", TIMEOUT)
         m.wait_route("EA", "EC", TIMEOUT)
@@ -76,7 +77,7 @@ def url(mesh: Mesh, rid: str, listener: str = "amqp") -> str:
 
 
 def send_and_receive(mesh: Mesh, src: str, dst: str, annotations: dict, *, dst_listener: str = "amqp",
-                     anonymous: bool = False) -> Message:
+                     anonymous: bool = False, extra: dict | None = None) -> Message:
     """One message from a client of ``src`` to a client of ``dst`` (on its listener ``dst_listener``); it
     must be accepted by the consumer and that outcome must reach the producer."""
     address = f"ann.{uuid.uuid4().hex[:8]}"
@@ -92,6 +93,8 @@ def send_and_receive(mesh: Mesh, src: str, dst: str, annotations: dict, *, dst_l
 
         def make(i):
             msg = Message(id=i, body="payload", annotations=dict(annotations))
+            for k, v in (extra or {}).items():
+                setattr(msg, k, v)
             if anonymous:
                 msg.address = address
             return msg
@@ -140,6 +143,28 @@ def test_router_annotations_have_dispatch_types_where_shown(net, src, dst, trace
     assert type(got_trace) is list and got_trace == trace
     assert all(type(t) is str for t in got_trace)
     assert ann == USER_ANNOTATIONS
+
+
+@pytest.mark.parametrize("src", ["A", "EA", "EC"])
+def test_an_edge_shows_its_clients_no_trace_and_no_ingress(net, src):
+    """Edge routers neither add nor pass on trace and ingress: a stripAnnotations: no client of an edge
+    sees only the to-override of its link-addressed producer."""
+    got = send_and_receive(net, src, "EC", {**USER_ANNOTATIONS, **FORGED}, dst_listener="keep")
+    ann = dict(got.annotations)
+    to = ann.pop(symbol("x-opt-qd.to"))
+    assert type(to) is str and to.startswith("ann."), to
+    assert ann == USER_ANNOTATIONS
+
+
+@pytest.mark.parametrize("src,dst", [("A", "C"), ("EA", "EC"), ("C", "A")])
+def test_user_annotations_survive_with_every_other_section(net, src, dst):
+    """A long annotation map (map32), a header with a priority (another inter-router data link), delivery
+    annotations and application properties around the user's annotations."""
+    big = {**USER_ANNOTATIONS, symbol("x-opt-long"): "v" * 400}
+    got = send_and_receive(net, src, dst, {**big, **FORGED}, extra=dict(
+        priority=9, durable=True, instructions={symbol("x-opt-da"): "d"}, properties={"app": 1}))
+    assert got.annotations == big
+    assert got.priority == 9 and got.durable and got.properties == {"app": 1}
 
 
 def test_user_annotations_survive_an_anonymous_sender_across_routers(net):
