@@ -209,15 +209,15 @@ def test_request_reply_with_edges(net, requester, responder):
 
 
 @pytest.mark.parametrize("producer_at,consumer_at", [("EA", "EA"), ("EA", "A"), ("EA", "C"), ("EA", "EC")])
-@pytest.mark.parametrize("outcome", ["accept", "reject", "release"])
+@pytest.mark.parametrize("outcome", ["accept", "reject", "release", "modify"])
 def test_anonymous_sender_on_an_edge_gets_the_consumers_outcome(net, producer_at, consumer_at, outcome):
     address = f"anon.{uuid.uuid4().hex[:8]}"
     consumer = Consumer(url(net, consumer_at), address, credit=20, outcome=outcome).start()
     consumer.wait_ready()
     wait_for_route(net, producer_at, address)
     producer = Producer(url(net, producer_at), None, to=address, count=10).start()
-    expected = {"accept": "accepted", "reject": "rejected", "release": "released"}[outcome]
-    if outcome == "release":
+    expected = {"accept": "accepted", "reject": "rejected", "release": "released", "modify": "modified"}[outcome]
+    if outcome in ("release", "modify"):
         # A released delivery is what a router also answers when it has no route; the consumer
         # having seen them all shows these outcomes are the consumer's.
         producer.wait_settled(10, TIMEOUT)
@@ -304,3 +304,12 @@ def test_edge_with_two_uplinks_keeps_one_active_and_fails_over(tmp_path):
     finally:
         close_all()
         m.stop_all()
+
+
+@pytest.mark.parametrize("producer_at", ["EA", "A"])
+def test_anonymous_sender_to_an_address_nobody_consumes_is_settled(net, producer_at):
+    """No consumer anywhere: every delivery still comes back settled (released), as from an interior."""
+    producer = Producer(url(net, producer_at), None, to=f"nobody.{uuid.uuid4().hex[:8]}", count=5).start()
+    producer.wait_settled(5, TIMEOUT)
+    assert producer.outcomes == {"released": 5}
+    producer.close()
