@@ -72,7 +72,7 @@ class MeshConnection:
     """Per inter-router connection state: its control links, its data links, the neighbour's id."""
 
     __slots__ = ("rc", "peer_id", "cost", "control_in", "control_out", "data_out", "data_links", "pending",
-                 "up", "placeholder")
+                 "up", "placeholder", "data_in_count")
 
     def __init__(self, rc: RouterConnection, cost: int):
         self.rc = rc
@@ -82,10 +82,17 @@ class MeshConnection:
         self.control_out = None
         self.data_out: RouterLink | None = None  # the default-priority link (routing uses it)
         self.data_links: dict[int, RouterLink] = {}  # priority -> outgoing data link
+        self.data_in_count = 0  # incoming data links so far (their priority is their attach order)
         self.pending: deque = deque()  # control messages waiting for credit
         self.up = False
         # Outgoing data links count their egress on an address record of their own (not in the table).
         self.placeholder = Address("R" + self.peer_id, self.peer_id, 0, "closest")
+
+
+def data_link_name(direction: str, priority: int) -> str:
+    """The name of a data link this router attaches (the peer reads nothing from it: priorities go by
+    attach order, as with Dispatch's own ``qdlink.<random>`` names)."""
+    return f"qdlink.data.{direction}.{priority}"
 
 
 def _name(rc: RouterConnection) -> str:
@@ -150,10 +157,10 @@ class InterRouterLinks:
         for prio in range(DATA_LINK_PRIORITIES):
             ssn = conn.session()
             ssn.open()
-            snd = ssn.sender(f"qdlink.data.out.{prio}")
+            snd = ssn.sender(data_link_name("out", prio))
             _set_capability(snd.target, CAP_ROUTER_DATA)
             snd.open()
-            rcv = ssn.receiver(f"qdlink.data.in.{prio}")
+            rcv = ssn.receiver(data_link_name("in", prio))
             _set_capability(rcv.source, CAP_ROUTER_DATA)
             rcv.open()
             self._register_data(rc, raw.pointer(snd), outgoing=True, priority=prio)
@@ -171,10 +178,15 @@ class InterRouterLinks:
             return True
         if CAP_ROUTER_DATA in caps:
             engine.open_link_like_remote(link)
-            prio = DEFAULT_PRIORITY
-            name = lo.name or ""
-            if name[-1:].isdigit():
-                prio = int(name[-1])
+            # Priority by attach order in each direction, 0..9, as Dispatch 1.19 gives its peer's data
+            # links (router_core/connections.c): link names carry no priority (Dispatch's are
+            # qdlink.<random>), and both routers attach the ten in priority order.
+            m = rc.mesh
+            if lo.is_sender:
+                prio = min(len(m.data_links), DATA_LINK_PRIORITIES - 1)
+            else:
+                prio = min(m.data_in_count, DATA_LINK_PRIORITIES - 1)
+                m.data_in_count += 1
             self._register_data(rc, link, outgoing=lo.is_sender, priority=prio)
             return True
         return False

@@ -367,7 +367,16 @@ def _decode(data):
     return m
 
 
-def test_message_priority_picks_the_inter_router_data_link():
+@pytest.mark.parametrize("names", ["ours", "dispatch"])
+def test_message_priority_picks_the_inter_router_data_link(names, monkeypatch):
+    """Each side's ten data links carry priorities 0..9 in attach order, whatever they are named (Dispatch
+    names them ``qdlink.<random>``; reading a digit from the name gave random priorities)."""
+    if names == "dispatch":
+        import secrets
+
+        import router.interrouter
+
+        monkeypatch.setattr(router.interrouter, "data_link_name", lambda d, p: f"qdlink.{secrets.token_hex(4)}7")
     h = MeshHarness("A", "B")
     h.link("A", "B")
     cons = h.client("B")
@@ -384,6 +393,7 @@ def test_message_priority_picks_the_inter_router_data_link():
     [mesh] = [rc.mesh for rc in h.routers["A"].connections if rc.mesh]
     counts = {p: rl.delivery_count for p, rl in mesh.data_links.items()}
     assert counts[9] == 1 and counts[4] == 1 and counts[0] == 1
+    assert sorted(mesh.data_links) == list(range(10))
 
 
 def test_multicast_between_edges_reaches_each_consumer_once_and_never_echoes():
