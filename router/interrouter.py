@@ -30,7 +30,7 @@ from wire.connection import printable
 from wire.header import DEFAULT_PRIORITY
 from wire.terminus import capabilities
 from router.addresses import Address
-from router.links import RouterConnection, RouterLink
+from router.links import RouterConnection, RouterLink, next_link_id
 from router.mesh.protocol import (CAP_ROUTER_CONTROL, CAP_ROUTER_DATA, DATA_LINK_PRIORITIES,
                                   DUPLICATE_ID_CONDITION, DUPLICATE_ID_REASON, OPEN_COST)
 
@@ -56,23 +56,27 @@ class RemoteRoutes(Protocol):
 
 
 class ControlLink:
-    """One control link of an inter-router connection, as the engine knows it (wire's link record)."""
+    """One control link of an inter-router connection, as the engine knows it (wire's link record), with
+    the identity and delivery count management lists it by (Dispatch's ``router-control`` links)."""
 
-    __slots__ = ("ptr", "rc", "owner", "incoming", "max_message_size")
+    __slots__ = ("ptr", "rc", "owner", "incoming", "max_message_size", "id", "name", "delivery_count")
 
-    def __init__(self, ptr, rc: RouterConnection, owner: "InterRouterLinks", *, incoming: bool):
+    def __init__(self, ptr, rc: RouterConnection, owner: "InterRouterLinks", *, incoming: bool, name: str = ""):
         self.ptr = ptr
         self.rc = rc
         self.owner = owner
         self.incoming = incoming
         self.max_message_size = 0  # control messages are small; the peer is a router we connected to
+        self.id = next_link_id()
+        self.name = name
+        self.delivery_count = 0  # control messages received (incoming) or sent (outgoing)
 
 
 class MeshConnection:
     """Per inter-router connection state: its control links, its data links, the neighbour's id."""
 
     __slots__ = ("rc", "peer_id", "cost", "control_in", "control_out", "data_out", "data_links", "pending",
-                 "up", "placeholder", "data_in_count")
+                 "up", "placeholder", "data_in_count", "control_links")
 
     def __init__(self, rc: RouterConnection, cost: int):
         self.rc = rc
@@ -83,6 +87,7 @@ class MeshConnection:
         self.data_out: RouterLink | None = None  # the default-priority link (routing uses it)
         self.data_links: dict[int, RouterLink] = {}  # priority -> outgoing data link
         self.data_in_count = 0  # incoming data links so far (their priority is their attach order)
+        self.control_links: list[ControlLink] = []  # open control links, in attach order (management)
         self.pending: deque = deque()  # control messages waiting for credit
         self.up = False
         # Outgoing data links count their egress on an address record of their own (not in the table).
@@ -152,8 +157,8 @@ class InterRouterLinks:
         _set_capability(rcv.target, CAP_ROUTER_CONTROL)
         rcv.snd_settle_mode = proton.Link.SND_SETTLED
         rcv.open()
-        self._register_control(rc, raw.pointer(snd), outgoing=True)
-        self._register_control(rc, raw.pointer(rcv), outgoing=False)
+        self._register_control(rc, raw.pointer(snd), outgoing=True, name=snd.name)
+        self._register_control(rc, raw.pointer(rcv), outgoing=False, name=rcv.name)
         for prio in range(DATA_LINK_PRIORITIES):
             ssn = conn.session()
             ssn.open()
@@ -174,7 +179,7 @@ class InterRouterLinks:
         caps = set(capabilities(lo.remote_source.capabilities)) | set(capabilities(lo.remote_target.capabilities))
         if CAP_ROUTER_CONTROL in caps:
             engine.open_link_like_remote(link)
-            self._register_control(rc, link, outgoing=lo.is_sender)
+            self._register_control(rc, link, outgoing=lo.is_sender, name=lo.name or "")
             return True
         if CAP_ROUTER_DATA in caps:
             engine.open_link_like_remote(link)
@@ -191,14 +196,16 @@ class InterRouterLinks:
             return True
         return False
 
-    def _register_control(self, rc: RouterConnection, link, *, outgoing: bool) -> None:
+    def _register_control(self, rc: RouterConnection, link, *, outgoing: bool, name: str) -> None:
         m = rc.mesh
         if outgoing:
             m.control_out = link
         else:
             m.control_in = link
             raw.link_flow(link, CONTROL_CREDIT)
-        rc.engine.own_link(link, ControlLink(link, rc, self, incoming=not outgoing))
+        record = ControlLink(link, rc, self, incoming=not outgoing, name=name)
+        m.control_links.append(record)
+        rc.engine.own_link(link, record)
         self._maybe_up(rc)
 
     def _register_data(self, rc: RouterConnection, link, *, outgoing: bool, priority: int) -> None:
@@ -258,6 +265,7 @@ class InterRouterLinks:
             m.control_in = None
         else:
             m.control_out = None
+        m.control_links = [c for c in m.control_links if c.ptr != link]
         return True
 
     # -- control traffic: the LinkOwner of ControlLink records (wire/assembly.py) ---------------------
@@ -265,6 +273,7 @@ class InterRouterLinks:
         """A control message from the neighbour (the engine assembled it; the link is advanced)."""
         raw.delivery_settle(d)
         raw.link_flow(rec.ptr, 1)
+        rec.delivery_count += 1
         if self.routing is not None and msg is not None:
             self.routing.receive(rec.rc, msg, self._clock())
             self.flush()
@@ -307,11 +316,14 @@ class InterRouterLinks:
         if m is None or m.control_out is None:
             return
         link = m.control_out
-        sent = False
+        sent = 0
         while m.pending and raw.link_credit(link) > 0:
             msg = m.pending.popleft()
             d = raw.send_message(link, b"c%x" % next(_tags), msg)
             raw.delivery_settle(d)
-            sent = True
+            sent += 1
         if sent:
+            for record in m.control_links:
+                if record.ptr == link:
+                    record.delivery_count += sent
             rc.engine.wake()

@@ -12,6 +12,11 @@ from collections import deque
 _link_ids = itertools.count(1)
 
 
+def next_link_id() -> int:
+    """A link identity from the same sequence as RouterLink's (management lists every link by it)."""
+    return next(_link_ids)
+
+
 class RouterConnection:
     """The router's view of one AMQP connection."""
 
@@ -72,7 +77,7 @@ class RouterLink:
     )
 
     def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str, owner):
-        self.id = next(_link_ids)
+        self.id = next_link_id()
         self.owner = owner
         self.ptr = ptr
         self.conn = conn

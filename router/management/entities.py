@@ -16,6 +16,7 @@ from wire import raw
 from wire.management import bad_request
 
 from router.core import HEARTBEAT_ADDRESS, VERSION
+from router.interrouter import CONTROL_CREDIT
 from router.management.base import EntityAdapter, require_str
 from router.management.lookupserver import LOOKUP_ADDRESS
 
@@ -35,6 +36,14 @@ def _links(router):
     for rc in sorted(router.connections, key=lambda c: c.engine.id):
         for rl in sorted(rc.links.values(), key=lambda link: link.id):
             yield rc, rl
+
+
+def _control_links(router):
+    """Every router-control link of every inter-router connection."""
+    for rc in router.connections:
+        if rc.mesh is not None:
+            for c in rc.mesh.control_links:
+                yield rc, c
 
 
 def _seconds(now: float, then) -> int | None:
@@ -76,7 +85,7 @@ class RouterEntity(EntityAdapter):
         ingress, egress = closed.get("deliveriesIngress", 0), closed.get("deliveriesEgress", 0)
         ingress_rc = closed.get("deliveriesIngressRouteContainer", 0)
         egress_rc = closed.get("deliveriesEgressRouteContainer", 0)
-        links = 0
+        links = sum(1 for _ in _control_links(r))   # Dispatch's linkCount includes router-control links
         for rc, rl in _links(r):
             links += 1
             for attr, key in LINK_TOTALS.items():
@@ -204,6 +213,7 @@ def link_type(rc, rl=None) -> str:
 # QDR_N_PRIORITIES (inter-router data links per connection, one per priority 0..9).
 DEFAULT_LINK_PRIORITY = 4
 DATA_LINK_COUNT = 10
+CONTROL_LINK_PRIORITY = 9   # QDR_MAX_PRIORITY: Dispatch's router-control links
 
 
 def data_link_priorities(router) -> dict:
@@ -237,7 +247,7 @@ class LinkEntity(EntityAdapter):
     operations = ("UPDATE", "READ")
 
     def rows(self) -> list[dict]:
-        out = []
+        out = [self._control_row(rc, c) for rc, c in _control_links(self.router)]
         priorities = data_link_priorities(self.router)
         for rc, rl in _links(self.router):
             addr = rl.address
@@ -259,7 +269,26 @@ class LinkEntity(EntityAdapter):
                 "priority": priorities.get(rl, DEFAULT_LINK_PRIORITY), "connectionId": str(rc.engine.id),
             }
             out.append(self.row(rl.name, str(rl.id), values))
+        out.sort(key=lambda row: (int(row["connectionId"]), int(row["identity"])))
         return out
+
+    def _control_row(self, rc, c) -> dict:
+        """A router-control link (Dispatch lists them with priority 9, QDR_MAX_PRIORITY): control messages
+        are pre-settled, so only their count is kept."""
+        try:
+            credit = raw.link_credit(c.ptr)
+        except Exception:  # a link being torn down may already be freed by the engine
+            credit = 0
+        values = {
+            "adminStatus": "enabled", "operStatus": "up", "linkName": c.name, "linkType": "router-control",
+            "linkDir": "in" if c.incoming else "out", "owningAddr": None, "capacity": CONTROL_CREDIT,
+            "peer": None, "undeliveredCount": 0, "unsettledCount": 0, "deliveryCount": c.delivery_count,
+            "presettledCount": c.delivery_count, "droppedPresettledCount": 0, "acceptedCount": 0,
+            "rejectedCount": 0, "releasedCount": 0, "modifiedCount": 0, "deliveriesDelayed1Sec": 0,
+            "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0, "creditAvailable": credit, "zeroCreditSeconds": 0,
+            "settleRate": 0, "priority": CONTROL_LINK_PRIORITY, "connectionId": str(rc.engine.id),
+        }
+        return self.row(c.name, str(c.id), values)
 
     def update(self, row: dict, attrs: dict) -> dict:
         """adminStatus disabled/deleted detaches the link (its deliveries go back to their producers)."""

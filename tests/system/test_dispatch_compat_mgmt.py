@@ -273,13 +273,22 @@ def test_get_attributes_and_get_operations_answer_for_every_dispatch_type(router
 def test_link_priorities_are_dispatchs(mesh):
     for rid in ("A", "B"):
         with ManagementClient(mesh.url(rid).replace("amqp://", ""), timeout=TIMEOUT) as client:
-            links = client.query(T + "router.link", ["linkType", "linkDir", "priority"])
+            links = client.query(T + "router.link", ["linkType", "linkDir", "priority", "deliveryCount"])
         for direction in ("in", "out"):
             data = sorted(r["priority"] for r in links
                           if r["linkType"] == "inter-router" and r["linkDir"] == direction)
             assert data == list(range(10)), (rid, direction, data)
         endpoint = [r["priority"] for r in links if r["linkType"] == "endpoint"]
         assert endpoint and set(endpoint) == {4}, (rid, endpoint)
+        # Dispatch lists the two router-control links of each inter-router connection too, priority 9,
+        # and counts them in the router's linkCount (24 links on a fresh 2-router mesh's pair of routers).
+        control = [r for r in links if r["linkType"] == "router-control"]
+        assert sorted(r["linkDir"] for r in control) == ["in", "out"], (rid, control)
+        assert {r["priority"] for r in control} == {9} and all(r["deliveryCount"] > 0 for r in control), control
+        with ManagementClient(mesh.url(rid).replace("amqp://", ""), timeout=TIMEOUT) as client:
+            [router] = client.query(T + "router", ["linkCount"])
+            after = client.query(T + "router.link", ["identity"])
+        assert router["linkCount"] == len(after), (router, len(after))
 
 
 # -- the address lookup server of an interior router ------------------------------------------------------------
