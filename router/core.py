@@ -465,6 +465,7 @@ class Router(ConnectionHandler):
         self._keep_totals(rl)
         addr = rl.address
         if rl.incoming:
+            self.forwarder.forget_producer(rl)
             if addr is not None:
                 addr.inlinks.discard(rl)
                 if self.edge is not None:

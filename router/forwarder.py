@@ -10,7 +10,9 @@ released back to their producers and credit is withheld until a destination retu
 
 Settlement: nothing is settled upstream before the downstream peer settled (end to end); an anycast
 delivery mirrors the consumer's outcome with its details; an unsettled multicast delivery settles after
-every copy reached a terminal outcome, with the merged outcome.
+every copy reached a terminal outcome, with the merged outcome, except that when a consumer gave its
+outcome without settling (rcv-settle-mode second) the merged outcome goes to the producer unsettled and
+the producer settles first (Qpid Dispatch 1.19 src/router_core/delivery.c).
 
 Memory (router/budget.py): a message that cannot leave in the batch of input it arrived in is charged to
 its producer's connection until its last copy is handed to the engine (then the router drops its bytes:
@@ -112,8 +114,14 @@ class Forwarder:
         self.flow = flow
         self.special: SpecialPath | None = None
         # incoming delivery -> (outgoing link, outgoing delivery, InDelivery) for anycast outcomes that
-        # reached the producer before either side settled
+        # reached the producer before either side settled; (None, None, InDelivery) for a multicast
+        # outcome given to the producer unsettled (see _mcast_unsettled)
         self._mirrored: dict = {}
+        # multicast deliveries with a copy whose consumer gave its outcome without settling (rcv-settle-mode
+        # second): the merged outcome goes to the producer unsettled and the producer settles first, as
+        # Dispatch 1.19 does (src/router_core/delivery.c: the incoming delivery settles only once every
+        # copy has settled, or when its sender settles)
+        self._mcast_unsettled: set = set()
         self._dirty: list = []  # outgoing links with deliveries queued in this batch
         self._output_rechecks: list = []  # connections with blocked output that settled in this batch
         # Balanced deliveries sent unsettled to a neighbour router: InDelivery -> (address, connection),
@@ -533,6 +541,7 @@ class Forwarder:
                 self._recheck_output(ol.conn)
             self._count_outcome(ol, state)
             ind.copies -= 1
+            self._mcast_unsettled.add(ind)
             self._copy_done(ind, state, d)
             _delivery_settle(d)
             return
@@ -544,6 +553,18 @@ class Forwarder:
             raw.copy_outcome(d, ind.ptr)
             ind.link.engine.wake()
 
+    @property
+    def awaiting_producers(self) -> int:
+        """Deliveries whose producer has an outcome and the router waits for it to settle."""
+        return len(self._mirrored)
+
+    def forget_producer(self, il: RouterLink) -> None:
+        """An incoming link went away: outcomes it was given unsettled wait for a settlement that will not
+        come, and its delivery pointers may be reused, so they are forgotten."""
+        if self._mirrored:
+            for in_ptr in [p for p, (_, _, ind) in self._mirrored.items() if ind.link is il]:
+                del self._mirrored[in_ptr]
+
     def producer_settled(self, in_ptr) -> None:
         """The producer settled a delivery whose outcome we mirrored: settle the consumer's copy too."""
         entry = self._mirrored.pop(in_ptr, None)
@@ -552,6 +573,8 @@ class Forwarder:
         ol, od, ind = entry
         ind.ptr = None
         _delivery_settle(in_ptr)
+        if ol is None:  # a multicast outcome: its copies are settled already
+            return
         if self.outstanding_remote:
             self.remote_settled(ind)
         if ol.unsettled.pop(od, None) is not None:
@@ -572,6 +595,10 @@ class Forwarder:
                 return
             state = ind.outcome
             src = None
+            if self._mcast_unsettled and ind in self._mcast_unsettled:
+                self._mcast_unsettled.discard(ind)
+                self._outcome_unsettled(ind, state)
+                return
         in_ptr = ind.ptr
         if in_ptr is None:
             return
@@ -593,6 +620,25 @@ class Forwarder:
         else:
             _delivery_update(in_ptr, state)
         _delivery_settle(in_ptr)
+        il.engine.wake()
+
+    def _outcome_unsettled(self, ind: InDelivery, state: int) -> None:
+        """Give a multicast delivery's merged outcome to its producer without settling it: the producer
+        settles (producer_settled then settles our side)."""
+        in_ptr = ind.ptr
+        if in_ptr is None:
+            return
+        if ind.flow is not None:
+            self.flow.settle(ind, state)
+        il = ind.link
+        if il.closed:
+            ind.ptr = None
+            return
+        if state == MODIFIED:
+            raw.set_modified(in_ptr, failed=True)
+        else:
+            _delivery_update(in_ptr, state)
+        self._mirrored[in_ptr] = (None, None, ind)
         il.engine.wake()
 
     def settle_upstream(self, ind: InDelivery, state: int) -> None:

@@ -156,6 +156,113 @@ def test_unsettled_multicast_to_three_accepting_consumers_settles_across_a_mesh(
     _check_multicast(consumers)
 
 
+class SettleSecond(LinkOption):
+    """Dispatch's ``Link3Ack`` (tests/system_tests_multicast.py): unsettled sends, receiver settles second."""
+
+    def apply(self, link) -> None:
+        link.snd_settle_mode = proton.Link.SND_UNSETTLED
+        link.rcv_settle_mode = proton.Link.RCV_SECOND
+
+
+class Multicast3Ack(MessagingHandler):
+    """Dispatch 1.19's MulticastUnsettled3Ack: three receivers that set an outcome and never settle, a
+    sender that settles once it has an outcome. Done when the sender has ``n`` outcomes and the router has
+    settled each receiver's ``n`` deliveries; the sender must not be settled first by the router (its
+    link asked for rcv-settle-mode second), so settlements seen are exactly the receivers' 3n."""
+
+    def __init__(self, sender_url: str, receiver_urls: list, address: str, n: int):
+        super().__init__(prefetch=(n + 1) // 2, auto_accept=False, auto_settle=False)
+        self.sender_url, self.receiver_urls, self.address, self.n = sender_url, receiver_urls, address, n
+        self.sent = self.received = self.accepted = self.other_outcomes = 0
+        self.settled_at_receivers = self.settled_at_sender = 0
+        self.done = False
+        self.receivers: list = []
+
+    def on_start(self, event) -> None:
+        self.timer = event.container.schedule(TIMEOUT, self)
+        self.connections = [event.container.connect(url) for url in self.receiver_urls + [self.sender_url]]
+        for i, conn in enumerate(self.connections[:-1]):
+            self.receivers.append(event.container.create_receiver(conn, self.address, name=f"rx{i}",
+                                                                  options=SettleSecond()))
+        self.opened = 0
+
+    def on_link_opened(self, event) -> None:
+        if event.receiver in self.receivers:
+            self.opened += 1
+            if self.opened == len(self.receivers):  # every receiver attached: now the sender
+                event.container.create_sender(self.connections[-1], self.address, name="tx",
+                                              options=SettleSecond())
+
+    def on_sendable(self, event) -> None:
+        while event.sender.credit > 0 and self.sent < self.n:
+            event.sender.send(Message(body=f"m{self.sent}"))
+            self.sent += 1
+
+    def on_message(self, event) -> None:
+        self.received += 1
+        event.delivery.update(proton.Delivery.ACCEPTED)
+        if event.receiver.credit == 0:
+            event.receiver.flow(1)
+
+    def on_accepted(self, event) -> None:
+        self.accepted += 1
+        event.delivery.settle()
+        self._check()
+
+    def on_rejected(self, event) -> None:
+        self.other_outcomes += 1
+        event.delivery.settle()
+
+    on_released = on_rejected
+
+    def on_settled(self, event) -> None:
+        if event.link.is_sender:
+            self.settled_at_sender += 1
+        else:
+            self.settled_at_receivers += 1
+        event.delivery.settle()
+        self._check()
+
+    def _check(self) -> None:
+        if self.accepted == self.n and self.settled_at_receivers == 3 * self.n and not self.done:
+            self.done = True
+            self.timer.cancel()
+            for conn in self.connections:
+                conn.close()
+
+    def on_timer_task(self, event) -> None:
+        for conn in self.connections:
+            conn.close()
+
+    def run(self) -> "Multicast3Ack":
+        Container(self).run()
+        return self
+
+
+def _three_ack(sender_url: str, receiver_urls: list, address: str) -> None:
+    t = Multicast3Ack(sender_url, receiver_urls, address, N_MULTICAST).run()
+    assert (t.done, t.sent, t.received, t.accepted, t.other_outcomes, t.settled_at_receivers,
+            t.settled_at_sender) == (True, N_MULTICAST, 3 * N_MULTICAST, N_MULTICAST, 0, 3 * N_MULTICAST, 0), vars(t)
+
+
+def test_unsettled_multicast_three_ack_on_one_router(standalone):
+    """Receivers that set an outcome without settling (rcv-settle-mode second): the sender gets the merged
+    outcome unsettled, settles, and only then is its delivery done; each receiver's delivery is settled
+    by the router (Dispatch 1.19 src/router_core/delivery.c)."""
+    _three_ack(standalone.url, [standalone.url] * 3, "multicast/3ack")
+
+
+def test_unsettled_multicast_three_ack_across_a_mesh(square):
+    address = "multicast/3ack.mesh"
+    # Consumers on A, B and C known on D first; they stay (their copies accepted and settled at once), so
+    # the three-ack receivers attach to routers that D already sends to.
+    probes = [Consumer(square.url(r), address, credit=3 * N_MULTICAST).start() for r in "ABC"]
+    _wait_known(square, "D", address, 3)
+    _three_ack(square.url("D"), [square.url(r) for r in "ABC"], address)
+    for c in probes:
+        c.close()
+
+
 # -- anonymous (dynamic-target) senders ---------------------------------------------------------------
 
 
