@@ -102,7 +102,7 @@ def query(url: str, entity_type: str) -> list[dict]:
 
 
 def _send_blocking(url: str, address: str | None, n: int, *, dynamic_target: bool = False,
-                   ready=None) -> str:
+                   ready=None, to: str | None = None) -> str:
     """What a Dispatch user's script does: a ``BlockingConnection`` sender whose ``send`` returns only once
     the router has settled the delivery, and raises unless it was accepted. ``dynamic_target``: the
     sender asks the router for an address (a dynamic target); ``ready(address)`` is called once the
@@ -114,7 +114,7 @@ def _send_blocking(url: str, address: str | None, n: int, *, dynamic_target: boo
         if ready is not None:
             ready(target)
         for i in range(n):
-            sender.send(Message(body=f"m{i}"), timeout=TIMEOUT)   # raises on timeout or a non-accepted outcome
+            sender.send(Message(address=to, body=f"m{i}"), timeout=TIMEOUT)   # raises unless accepted
         return target
     finally:
         conn.close()
@@ -296,6 +296,19 @@ def _wait_known(mesh: Mesh, at: str, address: str, routers: int, timeout: float 
             return
         time.sleep(0.1)
     raise AssertionError(f"{at} does not know {routers} routers for {address}: {last}")
+
+
+@pytest.mark.parametrize("sender_router", ["A", "D"])
+def test_anonymous_sender_reaches_a_receiver_on_another_router(square, sender_router):
+    """A sender with no target address (messages carry ``to``) gets credit from its router at once, whatever
+    the destinations (Dispatch 1.19 src/router_core/connections.c), and reaches a receiver two hops (A) or
+    one hop (D) away."""
+    address = f"anon.{sender_router}.C"
+    rx = Consumer(square.url("C"), address, credit=10).start()
+    _wait_known(square, sender_router, address, 1)
+    _send_blocking(square.url(sender_router), None, 10, to=address)
+    rx.wait(TIMEOUT, count=10)
+    assert rx.bodies == [f"m{i}" for i in range(10)]
 
 
 # -- balanced across a line of routers ------------------------------------------------------------------
