@@ -353,7 +353,8 @@ class RoutingEngine:
     def _reannotate(self, env: M.Envelope, raw: bytes) -> bytes | None:
         try:
             return set_router_annotations(raw, to_override=env.to_override, phase=env.phase,
-                                          ingress=env.ingress or self.id, trace=env.trace + [self.id])
+                                          ingress=env.ingress or self.id, trace=env.trace + [self.id],
+                                          area_names=True)
         except CodecError as e:
             log.warning("mesh: cannot forward %s: %s", env.opcode, e)
             return None

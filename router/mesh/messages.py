@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from router.mesh import protocol as P
 from wire.amqptypes import CodecError, Described, Int, Symbol, decode_value
-from wire.annotations import read_router_annotations, set_router_annotations
+from wire.annotations import read_router_annotations, router_id_of, set_router_annotations
 from wire.codec import encode_message, properties_fields, scan
 
 __all__ = [
@@ -199,7 +199,8 @@ def encode(msg: ControlMessage, to: str, *, ingress: str | None = None,
     data = encode_message(to=to, application_properties={P.OPCODE_KEY: msg.opcode},
                           body_value=_symbol_keys(msg.body()))
     if ingress is not None or trace is not None:
-        data = set_router_annotations(data, ingress=ingress, trace=trace)
+        # Routers named "0/<id>" as Dispatch's core annotates its control messages (wire/annotations.py).
+        data = set_router_annotations(data, ingress=ingress, trace=trace, area_names=True)
     return data
 
 
@@ -339,8 +340,9 @@ def decode(data: bytes) -> Envelope:
         raise MeshMessageError(f"properties.to is not a string: {to!r}")
     env = Envelope(to, str(opcode), _body(str(opcode), body.value))
     if ra is not None:
-        env.ingress = ra.ingress
-        env.trace = list(ra.trace or [])
+        # A 1.x peer names routers "0/<id>"; the engine deals in plain ids (either form is read).
+        env.ingress = router_id_of(ra.ingress) if ra.ingress is not None else None
+        env.trace = [router_id_of(name) for name in ra.trace or []]
         env.to_override = ra.to_override
         env.phase = ra.phase
     return env

@@ -70,9 +70,10 @@ def test_byte_level_shape_of_an_ra():
     assert b"\xa3\x02pv\x55\x01" in data                       # pv: smalllong 1
     assert b"\xa3\x04area\xa1\x010" in data                    # area: string "0"
     assert b"\xa3\x08instance\x81" + (1700000000).to_bytes(8, "big") in data
-    # router annotations: symbol keys, ingress a string, trace a list of strings
-    assert b"\xa3\x10x-opt-qd.ingress\xa1\x02R1" in data
-    assert b"\xa3\x0ex-opt-qd.trace\xc0\x05\x01\xa1\x02R1" in data
+    # router annotations: symbol keys, ingress a string, trace a list of strings; routers named "0/<id>"
+    # as Dispatch 1.19's core names them (src/router_node.c)
+    assert b"\xa3\x10x-opt-qd.ingress\xa1\x040/R1" in data
+    assert b"\xa3\x0ex-opt-qd.trace\xc0\x07\x01\xa1\x040/R1" in data
 
 
 def test_byte_level_shape_of_a_differential_mau():
@@ -105,6 +106,10 @@ def test_decodes_what_proton_builds_with_string_keys_and_other_int_widths():
                 annotations={symbol("user"): 1, symbol("x-opt-qd.trace"): ["X"]})
     env = M.decode(m.encode())
     assert env.body == M.Hello("X", 5, ["A"]) and env.trace == ["X"]
+    # Dispatch's own form: routers named "0/<id>" in ingress and trace, read as plain ids
+    m.annotations = {symbol("x-opt-qd.ingress"): "0/X", symbol("x-opt-qd.trace"): ["0/X", "0/Y"]}
+    env = M.decode(m.encode())
+    assert (env.ingress, env.trace) == ("X", ["X", "Y"])
 
 
 def test_proton_reads_our_messages():
@@ -114,7 +119,8 @@ def test_proton_reads_our_messages():
     assert m.properties == {"opcode": "MAU"}
     assert m.body[symbol("add")] == ["M0queue", "M1queue"]
     assert m.body[symbol("hints")] == [2, 3]
-    assert m.annotations[symbol("x-opt-qd.ingress")] == "Router.A"
+    assert m.annotations[symbol("x-opt-qd.ingress")] == "0/Router.A"
+    assert m.annotations[symbol("x-opt-qd.trace")] == ["0/Router.A"]
 
 
 def test_newer_protocol_version_is_reported_as_such():
