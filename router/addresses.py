@@ -145,7 +145,7 @@ class Address:
         "deliveries_from_container",
         # balanced: unsettled deliveries of this address sent to each neighbour router (connection ->
         # count; Qpid Dispatch's outstanding_deliveries), which weigh that neighbour's data link
-        "outstanding", "remote_costs",
+        "outstanding", "remote_costs", "closest_remotes",
     )
 
     def __init__(self, key: str, name: str, phase: int, distribution: str, pattern: str | None = None):
@@ -167,6 +167,8 @@ class Address:
         self.remote: list = []
         self.outstanding: dict = {}
         self.remote_costs: dict = {}  # data link in ``remote`` -> path cost to the cheapest router behind it
+        # closest: the data link towards each router at the least cost (one entry per router, by id)
+        self.closest_remotes: list = []
         self.handler = None
 
     @property

@@ -214,7 +214,7 @@ class MeshForwarding:
                 targets = [rlinks[addr.rr % len(rlinks)]]
                 addr.rr += 1
             else:
-                targets = [remote[0]]
+                targets = [self._closest_remote(addr, remote)]
         elif not remote and len(rlinks) == 1:
             targets = rlinks  # one local consumer: nothing to weigh
         elif not rlinks and len(remote) == 1 and remote[0].inter_router:
@@ -354,6 +354,23 @@ class MeshForwarding:
         outstanding[conn] = outstanding.get(conn, 0) + 1
         self.forwarder.outstanding_remote[ind] = (addr, conn)
 
+    @staticmethod
+    def _closest_remote(addr: Address, remote: list):
+        """closest with no local consumer: round robin over the routers at the least cost, through each
+        one's next hop (Dispatch 1.19 forwarder.c qdr_forward_closest_CT, closest_remotes); ``remote``
+        is what this message may take (not back where it came from)."""
+        links = addr.closest_remotes
+        n = len(links)
+        if n > 1:
+            for _ in range(n):
+                ol = links[addr.rr % n]
+                addr.rr += 1
+                if ol in remote:
+                    return ol
+        elif n == 1 and links[0] in remote:
+            return links[0]
+        return remote[0]
+
     def _remote_costs(self, ind: InDelivery, addr: Address, remote: list) -> list:
         """(data link, cost) for each of ``remote``: the path cost to the cheapest router behind that link
         with a destination for ``addr`` and, for a message that entered the mesh elsewhere, for which
@@ -449,6 +466,8 @@ class MeshForwarding:
         had = addr.has_destination
         best: dict = {}
         costs = self.costs
+        closest: list = []  # (router id, data link) of the routers at the least cost
+        least = None
         for rid in addr.rnodes:
             conn = self.next_hops.get(rid)
             if conn is None or conn.mesh is None or conn.mesh.data_out is None:
@@ -457,8 +476,13 @@ class MeshForwarding:
             cost = costs.get(rid, 1)
             if ol not in best or cost < best[ol]:
                 best[ol] = cost
+            if least is None or cost < least:
+                least, closest = cost, [(rid, ol)]
+            elif cost == least:
+                closest.append((rid, ol))
         addr.remote = sorted(best, key=lambda ol: (best[ol], ol.conn.mesh.peer_id))
         addr.remote_costs = best
+        addr.closest_remotes = [ol for _, ol in sorted(closest, key=lambda c: c[0])]
         if not had and addr.has_destination:
             self.forwarder.destination_appeared(addr)
         else:

@@ -1,4 +1,4 @@
-"""Balanced distribution across routers in-process, with Qpid Dispatch 1.19's weighting
+"""Balanced (and closest) distribution across routers in-process, with Qpid Dispatch 1.19's weighting
 (src/router_core/forwarder.c, qdr_forward_balanced_CT): a local link weighs its undelivered + unsettled
 deliveries, a neighbour the address's unsettled deliveries sent to it plus the path cost to the cheapest
 router behind it with a destination; ties stay local. Receivers here never settle, so the split depends
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from proton import Message
 
-from tests.unit.enginepair import ACCEPTED, settle
+from tests.unit.enginepair import ACCEPTED, AddressEntity, settle
 from tests.unit.meshpair import MeshHarness
 
 pytest.importorskip("router.mesh.engine")
@@ -83,3 +83,22 @@ def test_deliveries_outstanding_at_the_only_router_weigh_a_consumer_that_comes_l
         prod.send(snd, Message(body=i))
     h.pump()
     assert (len(near.received(ra)), len(far.received(rc))) == (85, 55)
+
+
+def test_closest_round_robins_over_the_routers_at_the_least_cost():
+    """closest, no local consumer, two routers at the same cost: they take turns (Dispatch 1.19
+    qdr_forward_closest_CT, closest_remotes); a costlier one gets nothing."""
+    h = MeshHarness("A", "B", "C", "D", address_entities=[AddressEntity("near", distribution="closest")])
+    h.link("A", "B")
+    h.link("A", "C")
+    h.link("A", "D", cost=5)
+    clients = {r: h.client(r) for r in "BCD"}
+    receivers = {r: clients[r].receiver("near", credit=100) for r in "BCD"}
+    h.settle_topology(8)
+    prod = h.client("A")
+    snd = prod.sender("near")
+    h.pump()
+    for i in range(10):
+        prod.send(snd, Message(body=i))
+    h.pump()
+    assert [len(clients[r].received(receivers[r])) for r in "BCD"] == [5, 5, 0]
