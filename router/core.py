@@ -336,7 +336,9 @@ class Router(ConnectionHandler):
                 # An edge router's dynamic addresses are reached through its interior (key H<edge id>).
                 scope = f"_edge/{self.id}" if self.edge is not None else f"_topo/0/{self.id}"
                 address = f"amqp:/{scope}/temp.{secrets.token_urlsafe(9)}"
-                addr = self.addresses.bind(self.parser.key(address), address, CLOSEST)
+                # Balanced, as Dispatch 1.19 binds a dynamic source's address (qdstat -a shows it so); it
+                # has one receiver, so the distribution changes nothing else.
+                addr = self.addresses.bind(self.parser.key(address), address, BALANCED)
                 engine.open_link_like_remote(link, source_address=address, dynamic_source=True)
             else:
                 if not src.address:

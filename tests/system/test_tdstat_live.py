@@ -211,7 +211,7 @@ Router Addresses
   mobile   closest.work           0    closest       -    1      0       0   0    0     0
   link-in  lr                          linkBalanced  -    0      0       0   0    0     0
   mobile   multicast.news         0    multicast     -    1      0       3   3    0     0
-  local    temp.XXXXXXXXXXXX           closest       -    1      0       0   0    0     0
+  local    temp.XXXXXXXXXXXX           balanced      -    1      0       0   0    0     0
 ''',
     'nodes': '''\
 <DATE>
@@ -263,7 +263,7 @@ Router Addresses
   mobile   closest.work           0    closest       -    0        1      0       0   0    0     0         0        0
   link-in  lr                          linkBalanced  -    0        0      0       0   0    0     0         0        0
   mobile   multicast.news         0    multicast     -    0        1      0       3   3    0     0         0        0
-  local    temp.XXXXXXXXXXXX           closest       -    0        1      0       0   0    0     0         0        0
+  local    temp.XXXXXXXXXXXX           balanced      -    0        1      0       0   0    0     0         0        0
 ''',
     'connections_csv': '''\
 <DATE>
