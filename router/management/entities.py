@@ -322,6 +322,11 @@ def _dispatch_order(key: str) -> tuple:
     return 1, text, _CLASS_ORDER.get(key[:1], 3), key
 
 
+#: router.address values of a row that counts nothing (the routing protocol's rows fill in the rest).
+_ADDRESS_ZEROS = {"priority": -1, "containerCount": 0, "remoteHostRouters": [], "deliveriesToContainer": 0,
+                  "deliveriesFromContainer": 0, "deliveriesRedirectedToFallback": 0, "transitOutstanding": None,
+                  "trackedDeliveries": 0, "deliveriesIngressRouteContainer": 0, "deliveriesEgressRouteContainer": 0}
+
 #: Routing keys of the router's core endpoints (not in-process subscribers in Dispatch's terms).
 CORE_ENDPOINT_KEYS = frozenset({"M0" + HEARTBEAT_ADDRESS, "M0" + LOOKUP_ADDRESS})
 
@@ -341,7 +346,15 @@ class AddressEntity(EntityAdapter):
     def rows(self) -> list[dict]:
         r = self.router
         out = []
-        for key in sorted(r.addresses, key=_dispatch_order):
+        protocol = {}
+        if r.mesh is not None:   # an interior: the routing protocol's own addresses (router/mesh/counters.py)
+            reachable = sum(1 for node in r.mesh_nodes() if node.get("id") != r.id)
+            protocol = {row["key"]: row for row in r.mesh.address_counters.rows(reachable)}
+        for key in sorted([*r.addresses, *protocol], key=_dispatch_order):
+            if key in protocol:
+                values = dict(_ADDRESS_ZEROS, inProcess=1, **protocol[key])
+                out.append(self.row(key, key, values))
+                continue
             addr = r.addresses[key]
             # Dispatch counts in-process subscribers (its Python agent); a core endpoint such as the
             # heartbeat server is none (src/router_core/agent_address.c inProcess).

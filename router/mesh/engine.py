@@ -27,7 +27,10 @@ router; a message that entered the mesh here (ingress = own id) is always valid.
 
 Duplicate router ids are handled by a part, ``engine.identity`` (:class:`router.mesh.identity.RouterIdentity`),
 to which the engine is its :class:`router.mesh.identity.IdentityHost`; ``take_refusals``, ``check_open`` and
-``peer_refused`` stay here as delegations, so the core talks to the engine alone.
+``peer_refused`` stay here as delegations, so the core talks to the engine alone. The protocol's own
+addresses are counted by another part, ``engine.address_counters`` (router/mesh/counters.py). What remains
+(neighbours, link state, routes, flooding) is one state machine over one node table, hence a little over
+~600 lines.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Iterable, Protocol
 
 from router.mesh import messages as M
 from router.mesh import protocol as P
+from router.mesh.counters import ControlAddressCounters
 from router.mesh.identity import RouterIdentity
 from router.mesh.mobile import LocalAddresses
 from router.mesh.paths import Routes, compute_routes
@@ -106,6 +110,8 @@ class RoutingEngine:
         self._nodes: dict[str, _Node] = {}
         self._local = LocalAddresses(router_id, area)
         self._out: list[tuple[object, bytes]] = []
+        #: the routing protocol's addresses, counted for management (router/mesh/counters.py)
+        self.address_counters = ControlAddressCounters()
         self._routes = Routes()
         self._reported_routes = None
         self._reported_keys: dict[str, dict[str, int]] = {}   # router id -> keys the core was told
@@ -270,6 +276,7 @@ class RoutingEngine:
                        and self._now - c.last_hello <= self.hello_max_age})
         hello = M.Hello(self.id, self.instance, seen, self.area)
         self._out.append((conn_key, M.encode(hello, P.HELLO_ADDRESS, ingress=self.id, trace=[self.id])))
+        self.address_counters.originated(P.HELLO_ADDRESS, 1)
 
     def _on_hello(self, conn: _Conn, hello: M.Hello, now: float) -> None:
         if not self.identity.admit_hello(conn, hello, now):
@@ -320,6 +327,7 @@ class RoutingEngine:
         addr = _strip_scheme(env.to or env.to_override or "")
         if addr == P.HELLO_NODE:
             if env.opcode == P.HELLO:
+                self.address_counters.delivered(addr)
                 self._on_hello(conn, env.body, now)
             else:
                 self._malformed(now, "mesh: %s sent to %s dropped", env.opcode, P.HELLO_NODE)
@@ -343,9 +351,11 @@ class RoutingEngine:
             self._malformed(now, "mesh: %s with a trace of %d routers dropped", env.opcode, len(env.trace))
             return
         if target == "all":
+            self.address_counters.delivered(addr)
             if self._process(conn, env, now):
                 self._forward_flood(conn, env, raw)
         elif target == self.id:
+            self.address_counters.delivered(addr)
             self._process(conn, env, now)
         else:
             self._forward_unicast(target, env, raw)
@@ -367,6 +377,7 @@ class RoutingEngine:
         data = self._reannotate(env, raw)
         if data is not None:
             self._out.extend((key, data) for key in targets)
+            self.address_counters.forwarded(env.to or "", len(targets))
 
     def _forward_unicast(self, target: str, env: M.Envelope, raw: bytes) -> None:
         hop = self._routes.next_hop.get(target)
@@ -376,12 +387,14 @@ class RoutingEngine:
         data = self._reannotate(env, raw)
         if data is not None:
             self._out.append((self._neighbours[hop], data))
+            self.address_counters.forwarded(env.to or "", 1)
 
     def _originate_flood(self, msg, to: str) -> None:
         if not self._neighbours:
             return
         data = M.encode(msg, to, ingress=self.id, trace=[self.id])
         self._out.extend((key, data) for _, key in sorted(self._neighbours.items()))
+        self.address_counters.originated(to, len(self._neighbours))
 
     def _unicast(self, dest: str, msg, to: str) -> bool:
         hop = self._routes.next_hop.get(dest)
@@ -389,6 +402,7 @@ class RoutingEngine:
         if key is None:
             return False
         self._out.append((key, M.encode(msg, to, ingress=self.id, trace=[self.id])))
+        self.address_counters.originated(to, 1)
         return True
 
     def _send_ra(self, now: float) -> None:

@@ -314,3 +314,20 @@ def test_interior_lists_the_address_lookup_server_and_it_answers(mesh):
         conn.close()
     # lr.* is an 'in' link route of A with no container connected; plain.queue is no link route
     assert answers == [("lr.orders", 0, [True, False]), ("plain.queue", 3, [False, False])]
+
+
+# -- the routing protocol's addresses on an interior ------------------------------------------------------------
+def test_interior_lists_the_routing_protocols_addresses_with_their_traffic(mesh):
+    """Dispatch's interiors list qdhello, qdrouter and qdrouter.ma (local, and topological with one remote
+    per reachable router); here they count the control links' traffic (router/mesh/counters.py)."""
+    with ManagementClient(mesh.url("B").replace("amqp://", ""), timeout=TIMEOUT) as client:
+        rows = {r["key"]: r for r in client.query(T + "router.address", [
+            "key", "distribution", "subscriberCount", "remoteCount", "deliveriesIngress", "deliveriesEgress",
+            "deliveriesTransit"])}
+    shape = {k: (rows[k]["distribution"], rows[k]["subscriberCount"], rows[k]["remoteCount"])
+             for k in ("Lqdhello", "Lqdrouter", "Tqdrouter", "Lqdrouter.ma", "Tqdrouter.ma")}
+    assert shape == {"Lqdhello": ("flood", 1, 0), "Lqdrouter": ("flood", 0, 0), "Tqdrouter": ("flood", 0, 1),
+                     "Lqdrouter.ma": ("multicast", 0, 0), "Tqdrouter.ma": ("multicast", 0, 1)}, shape
+    hello, ra = rows["Lqdhello"], rows["Tqdrouter"]
+    assert hello["deliveriesIngress"] > 0 and hello["deliveriesEgress"] > 0, hello     # HELLOs both ways
+    assert ra["deliveriesIngress"] > 0 and ra["deliveriesTransit"] >= ra["deliveriesIngress"], ra   # RAs sent
