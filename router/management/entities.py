@@ -18,6 +18,7 @@ from wire.management import bad_request
 from router.core import HEARTBEAT_ADDRESS, VERSION
 from router.interrouter import CONTROL_CREDIT
 from router.management.base import EntityAdapter, require_str
+from router.edgetracking import TRACKING_KEY
 from router.management.lookupserver import LOOKUP_ADDRESS
 
 # Link counters a router-wide total is summed from (link attribute -> router attribute).
@@ -310,8 +311,8 @@ class LinkEntity(EntityAdapter):
 #: Dispatch lists its core's addresses in creation order: the router's own nodes first (qdstat --limit 2 -a
 #: shows M0$management and M0_$qd.edge_heartbeat), the management agent's local addresses after them. qdstat
 #: sorts by text only (a stable sort), so this order also decides between addresses of the same text.
-_OWN_NODES_FIRST = ("M0$management", "M0" + HEARTBEAT_ADDRESS, "M0_$qd.addr_lookup", "L$management",
-                    "L$_management_internal")
+_OWN_NODES_FIRST = ("M0$management", "M0" + HEARTBEAT_ADDRESS, "M0_$qd.addr_lookup", TRACKING_KEY,
+                    "L$management", "L$_management_internal")
 _CLASS_ORDER = {"M": 0, "L": 1, "T": 2}   # local router-control addresses come before topological ones
 
 
@@ -328,7 +329,7 @@ _ADDRESS_ZEROS = {"priority": -1, "containerCount": 0, "remoteHostRouters": [], 
                   "trackedDeliveries": 0, "deliveriesIngressRouteContainer": 0, "deliveriesEgressRouteContainer": 0}
 
 #: Routing keys of the router's core endpoints (not in-process subscribers in Dispatch's terms).
-CORE_ENDPOINT_KEYS = frozenset({"M0" + HEARTBEAT_ADDRESS, "M0" + LOOKUP_ADDRESS})
+CORE_ENDPOINT_KEYS = frozenset({"M0" + HEARTBEAT_ADDRESS, "M0" + LOOKUP_ADDRESS, TRACKING_KEY})
 
 
 class AddressEntity(EntityAdapter):
