@@ -15,6 +15,7 @@ calls back), in the manner of Dispatch's routing core holding its sub-engines:
   (:class:`router.mesh.engine.MeshListener`), which relays to mesh forwarding and link routes;
 * ``inter_router`` (router/interrouter.py): inter-router connections' links and control messages;
 * ``edge`` (router/edge.py): the uplink of an edge router, edge mode only;
+* ``edge_tracking`` (router/edgetracking.py): what Dispatch edge routers connected to an interior may send;
 * ``auto_links`` (router/autolinks.py), ``link_router`` (router/linkroutes.py);
 * ``control`` (router/control.py): what management changes, as methods;
 * ``policing`` (router/policing.py): the vhost policy (router/policy.py) applied to connections, sessions
@@ -42,6 +43,7 @@ from router.autolinks import AutoLinkManager
 from router.control import RouterControl
 from router.budget import RESOURCE_LIMIT_EXCEEDED, BufferBudget
 from router.edge import UPLINK_ROLE, EdgeUplink
+from router.edgetracking import TRACKING_KEY, EdgeAddressTracking, TrackingLink, accept_message
 from router.flowhooks import FlowHooks
 from router.forwarder import Forwarder
 from router.interrouter import ControlLink, InterRouterLinks
@@ -131,6 +133,10 @@ class Router(ConnectionHandler):
         # Dispatch's heartbeat server (src/router_core/modules/heartbeat_server/heartbeat_server.c): edge
         # routers' heartbeats to it are accepted and need nothing else here.
         self.add_internal_endpoint("M0" + HEARTBEAT_ADDRESS, BALANCED, _accept_heartbeat)
+        # What a Dispatch edge router's producers can send to: interior mode only, as Dispatch.
+        self.edge_tracking = EdgeAddressTracking(self.parser, enabled=self.mode == "interior")
+        if self.edge_tracking.enabled:
+            self.add_internal_endpoint(TRACKING_KEY, BALANCED, accept_message)
 
     # -- counters and routes of the parts (management and tests read them here) ---------------------
     @property
@@ -312,6 +318,7 @@ class Router(ConnectionHandler):
             addr.rlinks.append(rl)
             if first:
                 self._destination_added(addr)
+            self.edge_tracking.destinations_changed(addr)
         rl.engine.wake()
 
     # -- links the peer attaches -------------------------------------------------------------------
@@ -323,6 +330,8 @@ class Router(ConnectionHandler):
             engine.wake()
             return
         if rc.policy is not None and self.policing.link_refused(engine, link, lo, rc.policy):
+            return
+        if self.edge_tracking.link_open(engine, link, lo):
             return
         if self.link_router:
             node = lo.remote_source if lo.is_sender else lo.remote_target
@@ -362,6 +371,7 @@ class Router(ConnectionHandler):
             addr.rlinks.append(rl)
             if first:
                 self._destination_added(addr)
+            self.edge_tracking.destinations_changed(addr)
             log.debug("outgoing link %s attached to %s", lo.name, addr.key)
         else:  # the peer sends: an incoming link
             tgt = lo.remote_target
@@ -383,6 +393,8 @@ class Router(ConnectionHandler):
                 addr.inlinks.add(rl)
                 if self.edge is not None:
                     self.edge.producer_added(addr, tgt.address)
+                elif rl.from_edge:
+                    self.edge_tracking.producer_attached(rl)
             self.forwarder.grant_initial_credit(rl)
             log.debug("incoming link %s attached to %s", lo.name, addr.key if addr else "(anonymous)")
         engine.wake()
@@ -424,6 +436,8 @@ class Router(ConnectionHandler):
             self.inter_router.link_closed(rc, link)
         elif isinstance(rec, RoutedLink):
             self.link_router.link_closed(link)
+        elif isinstance(rec, TrackingLink):
+            self.edge_tracking.link_closed(rec)
         engine.wake()
 
     def on_connection_close(self, engine) -> None:
@@ -436,6 +450,7 @@ class Router(ConnectionHandler):
         self.inter_router.connection_closed(rc)
         if self.edge is not None:
             self.edge.connection_closed(rc)
+        self.edge_tracking.connection_closed(rc)
         self.connections.discard(rc)
         self.policing.connection_closed(rc)
         self.auto_links.connection_closed(rc)
@@ -472,6 +487,8 @@ class Router(ConnectionHandler):
                 addr.inlinks.discard(rl)
                 if self.edge is not None:
                     self.edge.producer_removed(addr)
+                elif rl.from_edge:
+                    self.edge_tracking.producer_detached(rl)
         else:
             try:
                 addr.rlinks.remove(rl)
@@ -480,6 +497,7 @@ class Router(ConnectionHandler):
             else:
                 if not addr.rlinks:
                     self._destination_removed(addr)
+                self.edge_tracking.destinations_changed(addr)
             self.forwarder.fail_outgoing(rl)
         if addr is not None:
             self.addresses.discard_unused(addr)
@@ -525,18 +543,21 @@ class Router(ConnectionHandler):
     def router_lost(self, router_id: str) -> None:
         self.link_router.router_lost(router_id)
         self.mesh_forwarding.router_lost(router_id)
+        self.edge_tracking.recheck_all()
 
     def remote_address_added(self, router_id: str, key: str, hint: int) -> None:
         if key[0] in LINK_ROUTE_KEY_CLASSES:
             self.link_router.remote_added(router_id, key)
         else:
             self.mesh_forwarding.remote_address_added(router_id, key, hint)
+            self.edge_tracking.destinations_changed(self.addresses.get(key))
 
     def remote_address_removed(self, router_id: str, key: str) -> None:
         if key[0] in LINK_ROUTE_KEY_CLASSES:
             self.link_router.remote_removed(router_id, key)
         else:
             self.mesh_forwarding.remote_address_removed(router_id, key)
+            self.edge_tracking.destinations_changed(self.addresses.get(key))
 
     # -- local destinations, told to the edge uplink and the routing engine ----------------------------
     def _destination_added(self, addr: Address) -> None:

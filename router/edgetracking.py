@@ -126,8 +126,11 @@ class EdgeAddressTracking:
     to tell each. The router (router/core.py) calls it when links attach and detach and when an address's
     destinations change; it is the engine's :class:`wire.assembly.LinkOwner` of the tracking links."""
 
-    def __init__(self, parser):
+    def __init__(self, parser, *, enabled: bool = True):
         self.parser = parser   # router.addresses.AddressParser
+        # Dispatch enables the module on interior routers only; disabled, it takes no attach and so never
+        # has an endpoint, and every other call returns at once.
+        self.enabled = enabled
         self.endpoints: dict = {}   # RouterConnection -> TrackingLink
 
     # -- attaches --------------------------------------------------------------------------------
@@ -143,7 +146,7 @@ class EdgeAddressTracking:
     def link_open(self, engine, link, lo) -> bool:
         """Take an attach to the tracking address (True), or leave it to the router (False). An edge's
         receiver becomes its tracking endpoint; anything else is attached and detached, without error."""
-        if not self.is_tracking_attach(lo):
+        if not self.enabled or not self.is_tracking_attach(lo):
             return False
         rc = engine.app
         engine.open_link_like_remote(link)
@@ -178,14 +181,14 @@ class EdgeAddressTracking:
     # -- producers --------------------------------------------------------------------------------
     def producer_attached(self, rl) -> None:
         """An incoming link attached (the router calls this for links from edge connections)."""
-        ep = self.endpoints.get(rl.conn)
+        ep = self.endpoints.get(rl.conn) if self.endpoints else None
         if ep is not None and _is_edge_producer(rl):
             ep.decide(rl.address.key, can_send(rl.address, rl.conn))
             self.flush(ep)
 
     def producer_detached(self, rl) -> None:
         """An incoming link from an edge connection left its address (already out of ``inlinks``)."""
-        ep = self.endpoints.get(rl.conn)
+        ep = self.endpoints.get(rl.conn) if self.endpoints else None
         addr = rl.address
         if ep is None or addr is None or addr.key[0] != "M":
             return
