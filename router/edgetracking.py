@@ -24,8 +24,10 @@ recomputes can-send for the affected (edge, address) pairs whenever an address's
 edge attaches or detaches a producer; only changes are sent. The result is what Dispatch sends, with two
 deliberate differences that only add messages Dispatch's edge acts on correctly: producers already attached
 when the tracking link arrives are told their state (Dispatch tells only producers attached after it), and
-``false`` is also sent when the last *remote* destination goes (Dispatch waits for a local event). Nothing
-of this is on the per-message path.
+``false`` is also sent when the last *remote* destination goes (Dispatch waits for a local event). Dispatch
+also repeats a ``true`` the edge already has when the edge attaches a consumer link (connections.c raises
+the same link event for both directions); a repeat changes nothing, so it is not sent. Nothing of this is
+on the per-message path.
 
 Memory is bounded by the edge's producer links: while the edge gives no credit, the changes wait as the
 latest value per key (a value that flips back before it could be sent is not sent at all). A second
