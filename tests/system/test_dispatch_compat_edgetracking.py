@@ -48,9 +48,10 @@ def dispatch_edge(mesh: Mesh, edge_id: str) -> BlockingConnection:
                               container_id=edge_id, properties=DISPATCH_EDGE_OPEN)
 
 
-def address_rows(mesh: Mesh, rid: str) -> list[list[str]]:
-    """``tdstat -a`` on ``rid``: the rows of the Router Addresses table, as words."""
-    lines = run_tool("tools.tdstat", "-a", "-b", f"127.0.0.1:{mesh[rid].ports['amqp']}").stdout.splitlines()
+def address_rows(mesh: Mesh, rid: str, *args: str) -> list[list[str]]:
+    """``tdstat -a [args]`` on ``rid``: the rows of the Router Addresses table, as words."""
+    bus = f"127.0.0.1:{mesh[rid].ports['amqp']}"
+    lines = run_tool("tools.tdstat", "-a", *args, "-b", bus).stdout.splitlines()
     i = lines.index("Router Addresses")
     return [line.split() for line in lines[i + 3:] if line.startswith("  ")]
 
@@ -68,6 +69,9 @@ def test_interior_lists_the_tracking_address_as_dispatch(mesh):
     assert rows == [["mobile", "_$qd.addr_lookup", "0", "balanced", "-", "0", "0", "0", "0", "0", "0"],
                     ["mobile", "_$qd.edge_addr_tracking", "0", "balanced", "-", "0", "0", "0", "0", "0", "0"],
                     ["mobile", "_$qd.edge_heartbeat", "0", "balanced", "-", "0", "0", "0", "0", "0", "0"]]
+    # -v: a core endpoint, not an in-process subscriber (in-proc 0), as Dispatch shows it.
+    verbose = [r for r in address_rows(mesh, "A", "-v") if r[1] == TRACKING]
+    assert verbose == [["mobile", TRACKING, "0", "balanced", "-"] + ["0"] * 9]
 
 
 def test_a_dispatch_edge_hears_when_its_producer_address_gains_and_loses_consumers(mesh):
