@@ -165,9 +165,12 @@ class ConnectionEntity(EntityAdapter):
             e = rc.engine
             mech, user = sasl_of(e)
             tls = getattr(e, "tls", None)  # wire.tls.TlsPeerInfo, None on plaintext
+            # Dispatch's operStatus is "up" or "closing": a connection being closed (refused by policy,
+            # by the router's mode, or deleted) is still listed until its close completes; "opened" is
+            # false until the peer's OPEN has arrived (after SASL).
             values = {
-                "adminStatus": "enabled", "operStatus": "up", "protocol": "amqp",
-                "container": e.remote_container or "", "opened": True, "host": e.remote_host,
+                "adminStatus": "enabled", "operStatus": "closing" if e.closing else "up", "protocol": "amqp",
+                "container": e.remote_container or "", "opened": rc.remote_open, "host": e.remote_host,
                 "dir": "in" if e.server else "out", "role": rc.role or "normal",
                 "isAuthenticated": mech is not None, "isEncrypted": tls is not None, "enableProtocolTrace": False,
                 "sasl": mech, "user": user or "anonymous", "ssl": tls is not None,
