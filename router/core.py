@@ -23,6 +23,10 @@ calls back), in the manner of Dispatch's routing core holding its sub-engines:
 
 One :class:`wire.assembly.MessageAssembler` serves every engine of the router, so that the bytes of
 messages still arriving count in the router's budget and stalled ones are found in one place.
+
+A little over ~600 lines: every part's logic lives in its module, but the attach, detach and
+destination events that several parts must hear are dispatched here, one call per part, so that the
+order between them is visible in one place.
 """
 
 from __future__ import annotations
