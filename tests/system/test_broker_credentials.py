@@ -10,7 +10,6 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
-import time
 
 import pytest
 from proton import Message
@@ -18,6 +17,7 @@ from proton.utils import BlockingConnection
 
 from tests.system.brokerharness import TIMEOUT, BrokerProcess
 from tests.system.harness import REPO_ROOT
+from tests.system.waiting import wait_for
 from tools.mgmtclient import ManagementClient
 
 pytestmark = pytest.mark.timeout(180)
@@ -95,17 +95,6 @@ def connection_row(broker: BrokerProcess) -> dict:
         (row,) = [r for r in mc.query(BROKER_CONNECTION) if r["name"] == "to-b"]
         read = mc.call("READ", type=BROKER_CONNECTION, name="to-b")
     return {"query": row, "read": read}
-
-
-def wait_for(predicate, what: str, timeout: float = TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def test_a_broker_connection_logs_in_with_its_stored_credential(tmp_path, broker_b):

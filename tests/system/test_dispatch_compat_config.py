@@ -11,7 +11,6 @@ Certificates are made at test time (tests/system/pki.py); no key is committed.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from proton import ConnectionException, Message, SSLDomain
@@ -21,27 +20,11 @@ from proton.utils import BlockingConnection, LinkDetached
 from tests.system.clients import Consumer, Producer, close_all
 from tests.system.harness import run_daemon_expecting_failure
 from tests.system.pki import write_pki
+from tests.system.test_router_policy import LOCAL_VHOST
+from tests.system.waiting import wait_for
 from tools.mgmtclient import ManagementClient
 
 TIMEOUT = 20.0
-
-# The harness's anonymous management listener gets a vhost of its own (as in test_router_policy.py).
-LOCAL_VHOST = """
-vhost {
-    hostname: local
-    groups: {
-        local: {
-            users: anonymous
-            remoteHosts: 127.0.0.1
-            sources: *
-            targets: *
-            allowDynamicSource: true
-            allowAnonymousSender: true
-        }
-    }
-}
-"""
-
 
 def dispatch_config(pki: dict) -> str:
     """What a Dispatch user writes: client certificates authenticate with EXTERNAL; their common name
@@ -170,14 +153,6 @@ def test_policy_vhost_groups_ssl_profile_and_external_together(router_factory, p
     assert stats["senderDenied"] == 2 and stats["receiverDenied"] == 1, stats
     assert set(vhost["groups"]) == {"apps", "operators"}, vhost
     assert "DENY AMQP Open for user 'eve.example'" in router.stderr_text()
-
-
-def wait_for(predicate, what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_inter_router_connection_authenticated_by_certificate_with_external(router_factory, pki):

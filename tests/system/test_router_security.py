@@ -8,7 +8,6 @@ trustme and the users file by wire.users: no key or password is committed.
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from proton import SSLDomain
@@ -18,6 +17,7 @@ from proton.utils import BlockingConnection
 
 from tests.system.clients import Consumer, Producer, close_all
 from tests.system.pki import write_pki
+from tests.system.waiting import wait_for
 from tools.mgmtclient import ManagementClient
 from wire.users import Users
 
@@ -140,14 +140,6 @@ def test_tls_listener_without_require_ssl_takes_tls_and_plaintext(router_factory
     port = router.ports["both"]
     connect(f"amqps://localhost:{port}", ssl_domain=client_domain(pki, None), allowed_mechs="ANONYMOUS").close()
     connect(f"amqp://127.0.0.1:{port}", allowed_mechs="ANONYMOUS").close()
-
-
-def wait_for(predicate, what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _inter_router_listener() -> str:
