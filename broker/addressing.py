@@ -34,6 +34,7 @@ from typing import Callable, Protocol
 
 from broker.limits import SizeMeter
 from broker.queue import Queue, QueuedMessage
+from broker.selector import Selector, message_lookup, parse as parse_selector
 
 log = logging.getLogger("broker.addressing")
 
@@ -52,16 +53,17 @@ MAX_QUEUE_NAME = 1024
 class QueueInfo:
     """What the broker knows about a queue besides its messages: binding, routing type, life cycle."""
 
-    __slots__ = ("name", "address", "routing_type", "durable", "temporary", "expiry_delay")
+    __slots__ = ("name", "address", "routing_type", "durable", "temporary", "expiry_delay", "selector")
 
     def __init__(self, name: str, address: str, routing_type: str, durable: bool, temporary: bool,
-                 expiry_delay: int):
+                 expiry_delay: int, selector: Selector | None = None):
         self.name = name
         self.address = address
         self.routing_type = routing_type
         self.durable = durable            # False: messages stay in memory whatever their header says
         self.temporary = temporary        # dynamic source / non-durable subscription: gone with its link
         self.expiry_delay = expiry_delay  # address-settings expiry-delay (ms; <= 0: none)
+        self.selector = selector          # Artemis' queue <filter>: only matching messages enter the queue
 
 
 class QueueExits(Protocol):
@@ -86,12 +88,24 @@ class AddressModel:
         self.addresses: dict[str, set] = {}           # address -> routing types
         self._listeners: list = []                    # callables(queue name) for queues created later
         self.bindings_dirty = False                   # the bindings file is behind the table
+        self.filtered: set[str] = set()               # queues with a <filter> (see admitted)
         # Queues that are some address-setting's expiry address: messages recovered there never expire.
         self.expiry_targets = {s.expiry_address for s in cfg.address_settings if s.expiry_address}
         for a in cfg.addresses:
             self.addresses[a.name] = set(a.routing_types)
         for q in cfg.queues():
-            self.add_queue(q.name, q.address, routing_type=q.routing_type, durable=q.durable, configured=True)
+            self.add_queue(q.name, q.address, routing_type=q.routing_type, durable=q.durable, configured=True,
+                           selector=parse_selector(q.filter) if q.filter else None)
+
+    def admitted(self, queues: list, payload: bytes) -> list:
+        """The queues of ``queues`` a message enters: all of them unless some have a ``<filter>``, whose
+        selector must then be TRUE for the message (Artemis' queue filter). The message's properties are
+        decoded only when a filtered queue is among them."""
+        if not self.filtered or not any(q.name in self.filtered for q in queues):
+            return queues
+        lookup = message_lookup(payload)
+        info = self.queue_info
+        return [q for q in queues if q.name not in self.filtered or info[q.name].selector.matches(lookup)]
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(queue name)`` for every non-temporary queue created from now on (broker
@@ -115,7 +129,8 @@ class AddressModel:
         self.exits.move(msg, source, address, expired=expired)
 
     def add_queue(self, name: str, address: str, *, routing_type: str = ANYCAST, durable: bool = True,
-                  temporary: bool = False, configured: bool = False, notify: bool = True) -> Queue:
+                  temporary: bool = False, configured: bool = False, notify: bool = True,
+                  selector: Selector | None = None) -> Queue:
         settings = self.cfg.settings_for(address)
         dla, exa = settings.dead_letter_address, settings.expiry_address
         q = Queue(name, max_delivery_attempts=settings.max_delivery_attempts,
@@ -125,7 +140,9 @@ class AddressModel:
                   meter=self.meter)
         self.queues[name] = q
         self.queue_info[name] = QueueInfo(name, address, routing_type, durable, temporary,
-                                          settings.expiry_delay or -1)
+                                          settings.expiry_delay or -1, selector)
+        if selector is not None:
+            self.filtered.add(name)
         self.addresses.setdefault(address, set()).add(routing_type)
         if not configured and not temporary and durable:
             self.bindings_dirty = True
@@ -142,6 +159,7 @@ class AddressModel:
         detaches its links and disposes of its messages."""
         q = self.queues.pop(name)
         info = self.queue_info.pop(name)
+        self.filtered.discard(name)
         if not any(i.address == info.address for i in self.queue_info.values()) and \
                 self.cfg.address(info.address) is None:
             self.addresses.pop(info.address, None)

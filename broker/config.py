@@ -32,6 +32,7 @@ from .configmodel import (  # the objects this parser builds (re-exported: impor
     artemis_match, match_specificity_cmp,
 )
 from .credentials import Credentials, CredentialsError
+from .selector import SelectorError, parse as parse_selector
 from .security import (
     ENFORCED_PERMISSIONS, ROLES_FILE, UNENFORCED_PERMISSIONS, SecurityFileError, SecuritySetting, load_security,
     redacted_uri, uri_tls, users_path,
@@ -413,6 +414,10 @@ def _parse_queue(ctx: Ctx, el, address: str, routing_type: str) -> QueueConfig:
         elif name == "filter":
             ctx.check_attrs(child, ("string",))
             filt = ctx.attr(child, "string", required=True)
+            try:
+                parse_selector(filt)
+            except SelectorError as exc:
+                raise ctx.error(child, f"queue {qname}: filter {filt!r}: {exc}") from None
         elif name == "max-consumers":
             if max_consumers is not None:
                 raise ctx.error(child, "max-consumers given both as attribute and element")

@@ -42,7 +42,7 @@ class QueueConfig:
     routing_type: str         # "anycast" | "multicast"
     durable: bool
     max_consumers: int        # -1 = unlimited
-    filter: str | None        # stored only; tdbroker does not evaluate filters yet
+    filter: str | None        # a JMS selector: only matching messages enter the queue (broker/selector.py)
     line: int
 
 

@@ -247,6 +247,10 @@ class DeliveryPath:
         info = addressing.queue_info
         targets = [bl.queue] if bl.mode is None else addressing.multicast_queues(bl.address)
         address = bl.address if bl.mode is not None else info[bl.queue.name].address
+        if addressing.filtered:
+            # Queues with a <filter> take only the messages their selector selects; a message no queue
+            # takes is accepted and dropped, as Artemis drops a message routed to no queue.
+            targets = addressing.admitted(targets, payload)
         storage = self.storage
         page_all = False
         if self.limits.active:

@@ -56,6 +56,8 @@ class Mover:
         journal = storage.journal
         info = self.addressing.queue_info
         target = self.addressing.target_queue(address) if address else None
+        if target is not None and self.addressing.filtered and not self.addressing.admitted([target], msg.payload):
+            target = None  # its <filter> does not select the message: nowhere to go
         if target is None or target.name == source:
             self.dropped += 1
             if msg.record_id is not None and journal is not None:

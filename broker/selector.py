@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import LarkError
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedToken
 
 #: Longest selector accepted: selectors come from clients, and parsing cost grows with length.
 MAX_SELECTOR_LENGTH = 4096
@@ -206,6 +206,12 @@ def parse(text: str) -> Selector:
         tree = _Build().transform(_PARSER.parse(text))
     except SelectorError:
         raise
+    except UnexpectedToken as exc:
+        if exc.token.type == "$END":
+            raise SelectorError("not a JMS selector: it ends too early") from None
+        raise SelectorError(f"not a JMS selector: unexpected {str(exc.token)!r} at column {exc.column}") from None
+    except UnexpectedCharacters as exc:
+        raise SelectorError(f"not a JMS selector: unexpected {exc.char!r} at column {exc.column}") from None
     except LarkError as exc:
         cause = getattr(exc, "orig_exc", None)
         if isinstance(cause, SelectorError):
@@ -327,3 +333,25 @@ def amqp_lookup(fields: dict, application_properties: dict | None) -> Callable[[
         return str(value)   # a uuid or binary message-id compares as its string form
 
     return lookup
+
+
+def message_lookup(payload: bytes) -> Callable[[str], Any]:
+    """A lookup over an encoded AMQP message (header, properties and application-properties decoded
+    here; the body is never read). Raises wire's CodecError for a malformed message."""
+    from wire.amqptypes import decode_value
+    from wire.codec import properties_fields, scan
+    from wire.header import read_header
+
+    header = read_header(payload)
+    (message_id, user_id, _to, subject, _reply_to, correlation_id, _ctype, _cenc, expiry, created,
+     group_id, group_seq) = properties_fields(payload, 12)
+    fields = {"message_id": message_id, "correlation_id": correlation_id, "priority": header.priority,
+              "durable": header.durable, "creation_time": created, "subject": subject,
+              "absolute_expiry_time": expiry, "user_id": user_id, "group_id": group_id,
+              "group_sequence": group_seq}
+    span = scan(payload).application_properties
+    props = None
+    if span is not None:
+        described, _ = decode_value(payload, span[0])
+        props = getattr(described, "value", None)
+    return amqp_lookup(fields, props if isinstance(props, dict) else None)

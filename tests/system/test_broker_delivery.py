@@ -12,6 +12,7 @@ from proton import Message
 
 from tests.system.brokerharness import WAYPOINT, BrokerProcess, receive_messages, send_messages
 from tests.system.clients import Consumer
+from tools.mgmtclient import ManagementClient
 
 pytestmark = pytest.mark.system
 
@@ -28,6 +29,10 @@ XML = """\
     <address name="queue"><anycast><queue name="queue"/></anycast></address>
     <address name="work"><anycast><queue name="work"/></anycast></address>
     <address name="news"><multicast/></address>
+    <address name="cars"><multicast>
+      <queue name="red-cars"><filter string="color = 'red' AND weight BETWEEN 1000 AND 2000"/></queue>
+      <queue name="all-cars"/>
+    </multicast></address>
     <address name="DLQ"><anycast><queue name="DLQ"/></anycast></address>
     <address name="ExpiryQueue"><anycast><queue name="ExpiryQueue"/></anycast></address>
   </addresses>
@@ -178,3 +183,19 @@ def test_durable_subscription_survives_detach_and_broker_restart(broker_proc):
         assert got == [0, 1, 2, 3]
     finally:
         conn.close()  # closed: the subscription is deleted
+
+
+def test_a_queue_filter_takes_only_the_messages_its_selector_selects(broker_proc):
+    """Artemis' queue <filter> (a JMS selector over header, properties and application-properties): the
+    filtered queue gets the matching messages only, the unfiltered one every message."""
+    b = broker_proc()
+    url = _url(b)
+    cars = [("red", 1500), ("blue", 1500), ("red", 3000), ("red", 1999), (None, 1500)]
+    send_messages(url, "cars", [Message(id=i, body=i, properties={"weight": w, **({"color": c} if c else {})})
+                                for i, (c, w) in enumerate(cars)])
+    with ManagementClient(f"127.0.0.1:{b.ports['amqp']}", timeout=TIMEOUT) as m:
+        counts = {name: m.call("READ", type="queue", name=name)["messageCount"]
+                  for name in ("red-cars", "all-cars")}
+    assert counts == {"red-cars": 2, "all-cars": 5}, counts
+    assert [m.body for m in receive_messages(url, "cars::red-cars", 2)] == [0, 3]
+    assert [m.body for m in receive_messages(url, "cars::all-cars", 5)] == [0, 1, 2, 3, 4]

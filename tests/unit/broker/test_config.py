@@ -288,6 +288,9 @@ ERRORS = [
      "</address-setting>\n</address-settings>", "-2<", "<max-delivery-attempts> must be -1 (unlimited) or >= 0"),
     ("<acceptors>\n<acceptor name=\"a\">tcp://${host}:5672</acceptor>\n</acceptors>", "${host}",
      "<acceptor>: ${...} property substitution is not supported"),
+    ("<addresses>\n<address name=\"a\"><anycast>\n<queue name=\"q\">\n<filter string=\"color = \"/>\n"
+     "</queue></anycast></address>\n</addresses>", "<filter",
+     "queue q: filter 'color = ': not a JMS selector: it ends too early"),
 ]
 
 
