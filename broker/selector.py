@@ -31,6 +31,10 @@ from typing import Any, Callable
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedToken
 
+from wire.amqptypes import decode_value
+from wire.codec import properties_fields, scan
+from wire.header import read_header
+
 #: Longest selector accepted: selectors come from clients, and parsing cost grows with length.
 MAX_SELECTOR_LENGTH = 4096
 
@@ -338,10 +342,6 @@ def amqp_lookup(fields: dict, application_properties: dict | None) -> Callable[[
 def message_lookup(payload: bytes) -> Callable[[str], Any]:
     """A lookup over an encoded AMQP message (header, properties and application-properties decoded
     here; the body is never read). Raises wire's CodecError for a malformed message."""
-    from wire.amqptypes import decode_value
-    from wire.codec import properties_fields, scan
-    from wire.header import read_header
-
     header = read_header(payload)
     (message_id, user_id, _to, subject, _reply_to, correlation_id, _ctype, _cenc, expiry, created,
      group_id, group_seq) = properties_fields(payload, 12)
