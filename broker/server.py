@@ -204,6 +204,12 @@ class Broker(ConnectionHandler):
             self._link_open(engine, link)
         except ValueError as exc:
             engine.refuse_link(link, "amqp:invalid-field", str(exc)[:200])
+        lo = raw.link_object(link)
+        if lo.is_sender:
+            # The answered source's filter set is the filters in force (AMQP 1.0 §3.5.8): none yet on a
+            # consumer (a selector filter is issue 14), so a client that asked for one learns it is not
+            # applied (Qpid JMS then fails the consumer) instead of getting every message unfiltered.
+            lo.source.filter.clear()
         engine.wake()
 
     def _link_open(self, engine, link) -> None:

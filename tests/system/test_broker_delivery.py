@@ -199,3 +199,18 @@ def test_a_queue_filter_takes_only_the_messages_its_selector_selects(broker_proc
     assert counts == {"red-cars": 2, "all-cars": 5}, counts
     assert [m.body for m in receive_messages(url, "cars::red-cars", 2)] == [0, 3]
     assert [m.body for m in receive_messages(url, "cars::all-cars", 5)] == [0, 1, 2, 3, 4]
+
+
+def test_a_consumer_asking_for_a_selector_is_told_no_filter_is_in_force(broker_proc):
+    """Consumer selectors are not applied yet: the answered source carries no filter (AMQP 1.0 §3.5.8), so
+    the client knows, instead of believing its selector filters the messages."""
+    from proton.reactor import Selector
+    from proton.utils import BlockingConnection
+
+    b = broker_proc()
+    conn = BlockingConnection(_url(b), timeout=TIMEOUT)
+    try:
+        receiver = conn.create_receiver("work", options=Selector("color = 'red'"))
+        assert not receiver.link.remote_source.filter.format(), receiver.link.remote_source.filter.format()
+    finally:
+        conn.close()
