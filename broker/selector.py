@@ -293,7 +293,12 @@ def _eval(node: tuple, lookup) -> Any:
             return a * b
         if b == 0:
             return None
-        return a // b if isinstance(a, int) and isinstance(b, int) and a % b == 0 else a / b
+        if isinstance(a, int) and isinstance(b, int):
+            # Exact operands divide as Java longs do (ActiveMQ/Artemis evaluate selectors in Java):
+            # truncated toward zero, so 3 / 2 = 1 and -3 / 2 = -1 (Python's // floors).
+            quotient = abs(a) // abs(b)
+            return quotient if (a >= 0) == (b >= 0) else -quotient
+        return a / b
     if op in ("neg", "pos"):
         v = _eval(node[1], lookup)
         if not _number(v):

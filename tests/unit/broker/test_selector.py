@@ -28,7 +28,7 @@ def selects(text: str, props: dict = MESSAGE) -> bool:
     ("name LIKE 'a_b%' AND color LIKE 'bl_e' AND color NOT LIKE 'r%'", True),
     ("quote = 'it''s'", True),
     ("flag = TRUE AND NOT flag = FALSE", True),
-    ("count * 2 + 1 = 7 AND count / 2 = 1.5 AND -count < 0 AND count - 4 = -1", True),
+    ("count * 2 + 1 = 7 AND count / 2 = 1 AND -count / 2 = -1 AND count / 2.0 = 1.5 AND -count < 0 AND count - 4 = -1", True),
     ("(color = 'red' OR weight > 100) AND count < 10", True),
     ("order = 1 OR notes = 2 OR android IS NULL", True),  # words that start with keywords are identifiers
     ("count / 0 = 1", False),                          # division by zero: unknown
