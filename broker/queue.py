@@ -190,12 +190,14 @@ class QueuedMessage:
 
 
 class _Consumer:
-    __slots__ = ("id", "credit", "drain", "unacked")
+    __slots__ = ("id", "credit", "drain", "unacked", "priority", "accepts")
 
-    def __init__(self, consumer_id):
+    def __init__(self, consumer_id, priority: int = 0, accepts: Callable[[QueuedMessage], bool] | None = None):
         self.id = consumer_id
         self.credit = 0
         self.drain = False
+        self.priority = priority
+        self.accepts = accepts
         self.unacked: dict[int, QueuedMessage] = {}     # token -> message, in delivery order
 
 
@@ -297,6 +299,7 @@ class Queue:
         self._expiry: SortedList = SortedList()         # (expires_at, key) of ready messages
         self._consumers: dict[Hashable, _Consumer] = {}
         self._rr: deque = deque()                       # consumer ids, next in turn first
+        self._ranked = False                            # consumers differ in priority (see _pick)
         self._deliveries: dict[int, tuple[_Consumer, QueuedMessage]] = {}
         self._drained: dict[Hashable, int] = {}
         self._seq = _counter()
@@ -395,11 +398,24 @@ class Queue:
 
     # ---------------------------------------------------------------- consumers and credit
 
-    def add_consumer(self, consumer_id) -> None:
+    def add_consumer(self, consumer_id, *, priority: int = 0,
+                     accepts: Callable[[QueuedMessage], bool] | None = None) -> None:
+        """Attach a consumer. ``priority`` (Artemis consumer priority, ActiveMQ's network consumer
+        priority): a message goes to the highest-priority consumer with credit, round robin among equals;
+        a lower one gets messages only while every higher one is out of credit (or declines the message).
+        ``accepts`` (a JMS selector, a network bridge's filter): a message it declines stays for
+        another consumer."""
         if consumer_id in self._consumers:
             raise ValueError(f"consumer {consumer_id!r} already attached to {self.name!r}")
-        self._consumers[consumer_id] = _Consumer(consumer_id)
+        self._consumers[consumer_id] = _Consumer(consumer_id, priority, accepts)
         self._rr.append(consumer_id)
+        self._rank()
+
+    def _rank(self) -> None:
+        self._ranked = len({c.priority for c in self._consumers.values()}) > 1
+
+    def consumer_priority(self, consumer_id) -> int:
+        return self._consumers[consumer_id].priority
 
     def remove_consumer(self, consumer_id, *, failed: bool = False) -> list[QueuedMessage]:
         """Detach a consumer. Its unsettled deliveries return to the queue at their original positions
@@ -412,6 +428,7 @@ class Queue:
         dead-lettered instead of returning."""
         c = self._consumers.pop(consumer_id)
         self._rr.remove(consumer_id)
+        self._rank()
         self._drained.pop(consumer_id, None)
         back = list(c.unacked.values())
         for token in c.unacked:
@@ -457,15 +474,23 @@ class Queue:
     # ---------------------------------------------------------------- delivery
 
     def _pick(self, msg: QueuedMessage) -> _Consumer | None:
-        """The next consumer in turn with credit that has not refused ``msg``; moves it to the back."""
+        """The next consumer in turn with credit that has not refused ``msg`` and accepts it, of the
+        highest priority among those; moves it to the back."""
         excluded = msg.excluded
+        best = None
+        best_i = -1
         for i, cid in enumerate(self._rr):
             c = self._consumers[cid]
-            if c.credit > 0 and (excluded is None or cid not in excluded):
-                del self._rr[i]
-                self._rr.append(cid)
-                return c
-        return None
+            if c.credit > 0 and (excluded is None or cid not in excluded) and (
+                    c.accepts is None or c.accepts(msg)):
+                if best is None or c.priority > best.priority:
+                    best, best_i = c, i
+                    if not self._ranked:
+                        break
+        if best is not None:
+            del self._rr[best_i]
+            self._rr.append(best.id)
+        return best
 
     def next_deliveries(self, now_ms: int) -> list[tuple[object, int, QueuedMessage]]:
         """Hand ready messages to consumers with credit, in queue order, round robin among those

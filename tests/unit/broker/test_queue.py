@@ -115,6 +115,34 @@ def test_round_robin_among_consumers_with_credit():
     assert ready_tags(q) == ["m8"]
 
 
+def test_consumer_priority_higher_first_lower_only_when_higher_has_no_credit():
+    q, _ = make_queue(tags=[f"m{i}" for i in range(6)])
+    q.add_consumer("local", priority=0)
+    q.add_consumer("network", priority=-5)
+    q.add_consumer("local2", priority=0)
+    q.credit("network", 10)
+    q.credit("local", 2)
+    q.credit("local2", 1)
+    out = q.next_deliveries(NOW)
+    # the two local consumers share round robin until out of credit; the network one takes the rest
+    assert [(cid, msg.payload.decode()) for cid, _, msg in out] == [
+        ("local", "m0"), ("local2", "m1"), ("local", "m2"), ("network", "m3"), ("network", "m4"),
+        ("network", "m5")]
+    q.remove_consumer("network")
+    assert q.consumer_priority("local") == 0
+
+
+def test_consumer_accepts_declines_message_which_stays_for_another_consumer():
+    q, _ = make_queue(tags=["red1", "blue1", "red2", "blue2"])
+    q.add_consumer("reds", accepts=lambda msg: msg.payload.startswith(b"red"))
+    q.credit("reds", 10)
+    assert tags(q.next_deliveries(NOW)) == ["red1", "red2"]
+    assert ready_tags(q) == ["blue1", "blue2"]
+    q.add_consumer("any")
+    q.credit("any", 10)
+    assert tags(q.next_deliveries(NOW)) == ["blue1", "blue2"]
+
+
 def test_round_robin_continues_across_calls():
     q, _ = make_queue(consumers=("a", "b"))
     q.credit("a", 10)
