@@ -207,7 +207,8 @@ class AddressModel:
             log.info("auto-created queue %s", address)
         return q
 
-    def subscription_queue(self, address: str, *, durable_name: str | None) -> Queue:
+    def subscription_queue(self, address: str, *, durable_name: str | None,
+                           selector: Selector | None = None) -> Queue:
         """A consumer's queue on a multicast address: the durable subscription ``durable_name`` (created
         or re-used), or a new temporary one."""
         if durable_name is not None:
@@ -217,11 +218,12 @@ class AddressModel:
                     raise ValueError(f"subscription {durable_name} is bound to "
                                      f"{self.queue_info[durable_name].address}, not {address}")
                 return q
-            q = self.add_queue(durable_name, address, routing_type=MULTICAST, notify=False)
+            q = self.add_queue(durable_name, address, routing_type=MULTICAST, notify=False, selector=selector)
             log.info("durable subscription %s on %s created", durable_name, address)
             return q
         name = f"{address}.{uuid.uuid4().hex[:12]}"
-        return self.add_queue(name, address, routing_type=MULTICAST, durable=False, temporary=True)
+        return self.add_queue(name, address, routing_type=MULTICAST, durable=False, temporary=True,
+                              selector=selector)
 
     def temporary_queue(self) -> Queue:
         """A queue for a dynamic source (request/reply); its name is its address."""

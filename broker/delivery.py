@@ -60,6 +60,7 @@ class DeliveryPath:
         self.management = None  # an object with handle(request bytes) -> reply bytes | None
         self.recorder = None    # a wire.flowrecords.FlowRecorder when <flow-records> is configured
         self.consumers: dict = {}  # consumer id -> BrokerLink
+        self.consumer_listeners: list = []  # (BrokerLink, added) -> None: network advisories
         self.dirty: set[Queue] = set()  # queues with something to hand out (or drained consumers)
         self.wake: set = set()  # engines with frames to send
 
@@ -79,16 +80,25 @@ class DeliveryPath:
         return bl
 
     def attach(self, engine, link, q: Queue, *, incoming: bool, name: str = "",
-               presettled: bool = False) -> BrokerLink:
-        """Bind a link to a queue: credit for a receiving link, a consumer for a sending one."""
+               presettled: bool = False, priority: int = 0, accepts=None, selector: str | None = None,
+               transform=None, demand=None) -> BrokerLink:
+        """Bind a link to a queue: credit for a receiving link, a consumer for a sending one.
+
+        For a consumer: ``priority`` and ``accepts`` as :meth:`broker.queue.Queue.add_consumer` takes
+        them; ``selector`` the JMS selector text it was given (what network advisories report);
+        ``transform`` (bytes -> bytes) rewrites each message as it leaves (a network bridge adds its
+        broker to the path); ``demand`` the network demand the consumer stands for (None: a client).
+        Every consumer added or removed is reported to ``consumer_listeners``."""
         bl = self.register(engine, link, BrokerLink(link, engine, self, q, incoming, name))
         if incoming:
             raw.link_flow(link, LINK_CAPACITY)
         else:
             bl.presettled = presettled
             bl.consumer_id = next(_consumer_ids)
+            bl.selector, bl.transform, bl.demand, bl.priority = selector, transform, demand, priority
             self.consumers[bl.consumer_id] = bl
-            q.add_consumer(bl.consumer_id)
+            q.add_consumer(bl.consumer_id, priority=priority, accepts=accepts)
+            self._tell_consumer(bl, True)
             credit = raw.link_credit(link)
             if credit > 0:
                 q.set_credit(bl.consumer_id, credit)
@@ -106,6 +116,7 @@ class DeliveryPath:
             return
         self.consumers.pop(bl.consumer_id, None)
         bl.unsettled.clear()
+        self._tell_consumer(bl, False)
         q = bl.queue
         if q.name not in self.addressing.queues:
             return  # the queue was deleted under the link
@@ -116,6 +127,13 @@ class DeliveryPath:
                 if msg.record_id is not None:  # still here (not dead-lettered): its count went up
                     journal.append_update(msg.record_id, delivery_count=msg.delivery_count)
         self.dirty.add(q)
+
+    def _tell_consumer(self, bl: BrokerLink, added: bool) -> None:
+        for listener in self.consumer_listeners:
+            try:
+                listener(bl, added)
+            except Exception:  # a network bridge's bug must not stop a consumer attaching or leaving
+                log.exception("consumer listener failed")
 
     # -- LinkOwner: what wire hands over ----------------------------------------------------------------
     def on_message(self, engine, bl: BrokerLink, d, payload: bytes | None) -> None:
@@ -354,7 +372,8 @@ class DeliveryPath:
                 continue  # deleted in this batch
             for cid, token, msg in q.next_deliveries(now):
                 bl = consumers[cid]
-                d = send(bl.ptr, bl.seq, msg.outgoing(), len(bl.unsettled))
+                out = msg.outgoing() if bl.transform is None else bl.transform(msg)
+                d = send(bl.ptr, bl.seq, out, len(bl.unsettled))
                 bl.seq += 1
                 if rec is not None:
                     self._record(rec, "deliver", msg.payload, address=info[q.name].address, link=bl.name)

@@ -35,7 +35,7 @@ class BrokerLink:
 
     __slots__ = ("ptr", "engine", "owner", "queue", "incoming", "max_message_size", "consumer_id",
                  "unsettled", "seq", "closed", "presettled", "name", "mode", "address", "owned_queue",
-                 "durable_sub", "arriving")
+                 "durable_sub", "arriving", "selector", "transform", "demand", "priority")
 
     # mode of a receiving link: None (into ``queue``), FANOUT (a copy per multicast queue of
     # ``address``), MANAGEMENT (requests for the management agent); of a sending link: None (a consumer
@@ -63,6 +63,10 @@ class BrokerLink:
         self.owned_queue = False   # a temporary queue that goes when this link goes
         self.durable_sub = False   # a durable subscription: deleted only when the link is closed
         self.arriving: Arriving | None = None  # a multi-frame message in progress (incoming links)
+        self.selector: str | None = None  # a consumer's JMS selector text
+        self.transform = None      # QueuedMessage -> bytes sent, instead of its outgoing() (network bridges)
+        self.demand = None         # the network demand a consumer stands for (broker.network)
+        self.priority = 0          # a consumer's priority on its queue
 
 
 class BrokerConnection:

@@ -360,3 +360,14 @@ def message_lookup(payload: bytes) -> Callable[[str], Any]:
         described, _ = decode_value(payload, span[0])
         props = getattr(described, "value", None)
     return amqp_lookup(fields, props if isinstance(props, dict) else None)
+
+
+def selector_accepts(selector: Selector) -> Callable[[Any], bool]:
+    """A queue consumer's ``accepts`` (:meth:`broker.queue.Queue.add_consumer`): whether ``selector`` selects
+    a queued message. A message the lookup cannot walk is not selected."""
+    def accepts(msg) -> bool:
+        try:
+            return selector.matches(message_lookup(msg.payload))
+        except ValueError:   # wire's CodecError: a malformed message matches no selector
+            return False
+    return accepts

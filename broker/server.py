@@ -52,11 +52,13 @@ from broker.links import BrokerConnection, BrokerLink
 from broker.moves import Mover
 from broker.queue import Queue
 from broker.security import permitted, user_roles
+from broker.selector import Selector, selector_accepts
+from broker.selector import parse as parse_selector
 from broker.storage import Storage
 from broker.timers import Timers
 from wire import raw
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
-from wire.terminus import capabilities
+from wire.terminus import capabilities, put_source_selector, source_selector
 
 log = logging.getLogger("broker.server")
 
@@ -200,23 +202,38 @@ class Broker(ConnectionHandler):
             bc.on_open(engine)
 
     def on_link_open(self, engine, link) -> None:
+        applied = None
         try:
-            self._link_open(engine, link)
+            applied = self._link_open(engine, link)
         except ValueError as exc:
             engine.refuse_link(link, "amqp:invalid-field", str(exc)[:200])
         lo = raw.link_object(link)
         if lo.is_sender:
-            # The answered source's filter set is the filters in force (AMQP 1.0 §3.5.8): none yet on a
-            # consumer (a selector filter is issue 14), so a client that asked for one learns it is not
-            # applied (Qpid JMS then fails the consumer) instead of getting every message unfiltered.
-            lo.source.filter.clear()
+            # The answered source's filter set is the filters in force (AMQP 1.0 §3.5.8): the selector
+            # when one was applied, nothing else, so a client that asked for a filter we do not apply
+            # learns it (Qpid JMS then fails the consumer) instead of getting every message unfiltered.
+            if applied is not None:
+                put_source_selector(lo.source.filter, *applied)
+            else:
+                lo.source.filter.clear()
         engine.wake()
+
+    @staticmethod
+    def _consumer_selector(lo) -> tuple[str, str, Selector] | None:
+        """A consumer's ``apache.org:selector-filter:string`` source filter, parsed: ``(key, text,
+        selector)``; ValueError (amqp:invalid-field) for a malformed filter or selector."""
+        found = source_selector(lo.remote_source.filter)
+        if found is None:
+            return None
+        key, text = found
+        return key, text, parse_selector(text)
 
     def _link_open(self, engine, link) -> None:
         lo = raw.link_object(link)
         terminus = lo.remote_source if lo.is_sender else lo.remote_target
         address = terminus.address
         addressing = self.addressing
+        wanted = self._consumer_selector(lo) if lo.is_sender else None
         if lo.is_sender and terminus.dynamic:
             q = addressing.temporary_queue()
             if self._denied(engine, link, "createNonDurableQueue", q.name):
@@ -242,8 +259,7 @@ class Broker(ConnectionHandler):
         caps = capabilities(terminus.capabilities)
         if "::" not in address and address not in addressing.queues and \
                 addressing.routing_type_for(address, caps) == MULTICAST:
-            self._multicast_link(engine, link, lo, address)
-            return
+            return self._multicast_link(engine, link, lo, address, wanted)
         if "::" not in address and address not in addressing.queues and not addressing.queues_of(address) and (
                 self._denied(engine, link, "createAddress", address)
                 or self._denied(engine, link, "createDurableQueue", address)):
@@ -267,11 +283,14 @@ class Broker(ConnectionHandler):
                                  presettled=lo.remote_snd_settle_mode == proton.Link.SND_SETTLED)
             log.debug("link %s browses queue %s", lo.name, q.name)
             return
+        accepts = selector_accepts(wanted[2]) if wanted else None
         bl = self.attach_local(engine, link, q, incoming=not lo.is_sender, name=lo.name,
-                               presettled=lo.is_sender and lo.remote_snd_settle_mode == proton.Link.SND_SETTLED)
+                               presettled=lo.is_sender and lo.remote_snd_settle_mode == proton.Link.SND_SETTLED,
+                               accepts=accepts, selector=wanted[1] if wanted else None)
         log.debug("link %s attached to queue %s (%s)", lo.name, q.name, "in" if bl.incoming else "out")
+        return wanted[:2] if wanted else None
 
-    def _multicast_link(self, engine, link, lo, address: str) -> None:
+    def _multicast_link(self, engine, link, lo, address: str, wanted=None) -> tuple[str, str] | None:
         """A producer fans out to every multicast queue of the address; a consumer gets a subscription."""
         src = lo.remote_source
         durable = src.durability in _TERMINUS_DURABLE or src.expiry_policy == proton.Terminus.EXPIRE_NEVER
@@ -286,13 +305,18 @@ class Broker(ConnectionHandler):
             self.delivery.receiving(engine, link, lo.name, BrokerLink.FANOUT, address)
             return
         sub_name = f"{engine.remote_container or 'client'}.{lo.name}" if durable else None
-        q = self.addressing.subscription_queue(address, durable_name=sub_name)
+        # A subscription's selector filters what enters its queue (as Artemis' subscription queue
+        # filter does): a message the subscriber does not want is never stored for it.
+        q = self.addressing.subscription_queue(address, durable_name=sub_name,
+                                               selector=wanted[2] if wanted else None)
         engine.open_link_like_remote(link)
         bl = self.attach_local(engine, link, q, incoming=False, name=lo.name,
-                               presettled=lo.remote_snd_settle_mode == proton.Link.SND_SETTLED)
+                               presettled=lo.remote_snd_settle_mode == proton.Link.SND_SETTLED,
+                               selector=wanted[1] if wanted else None)
         bl.durable_sub = durable
         bl.owned_queue = not durable
         log.debug("link %s subscribed to %s with queue %s", lo.name, address, q.name)
+        return wanted[:2] if wanted else None
 
     def _denied(self, engine, link, permission: str, address: str) -> bool:
         """With <security-settings>, refuse a client's attach its user's roles do not permit (Artemis'
@@ -316,9 +340,11 @@ class Broker(ConnectionHandler):
         return False
 
     def attach_local(self, engine, link, q: Queue, *, incoming: bool, name: str = "",
-                     presettled: bool = False) -> BrokerLink:
-        """Bind a link to a queue: credit for a receiving link, a consumer for a sending one."""
-        return self.delivery.attach(engine, link, q, incoming=incoming, name=name, presettled=presettled)
+                     presettled: bool = False, **consumer) -> BrokerLink:
+        """Bind a link to a queue: credit for a receiving link, a consumer for a sending one (``consumer``:
+        see :meth:`broker.delivery.DeliveryPath.attach`)."""
+        return self.delivery.attach(engine, link, q, incoming=incoming, name=name, presettled=presettled,
+                                    **consumer)
 
     def on_delivery(self, engine, d) -> None:
         """A delivery on a link nobody owns in wire. The broker's own among them are links it detached

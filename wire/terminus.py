@@ -44,3 +44,44 @@ def waypoint_ordinal(terminus) -> int | None:
             if suffix.isdigit() and 1 <= int(suffix) <= MAX_WAYPOINT_ORDINAL:
                 return int(suffix)
     return None
+
+
+# The AMQP selector filter (AMQP Filter Expressions registry; the descriptor ActiveMQ, Artemis and Qpid JMS
+# use): a source filter entry whose described value is a JMS selector string.
+SELECTOR_FILTER = "apache.org:selector-filter:string"
+SELECTOR_FILTER_CODE = 0x0000468C00000004
+
+
+def source_selector(data) -> tuple[str, str] | None:
+    """``(key, selector text)`` of the selector entry in a source's ``filter`` map (``proton.Data``), or None.
+    Raises ValueError when the filter map is malformed or the selector entry's value is not a string."""
+    if data is None:
+        return None
+    try:
+        data.rewind()
+        value = data.get_object() if data.next() is not None else None
+    except Exception as exc:
+        raise ValueError(f"malformed source filter: {exc}") from None
+    if not isinstance(value, dict):
+        return None
+    for key, entry in value.items():
+        if isinstance(entry, proton.Described) and (
+                entry.descriptor == SELECTOR_FILTER or entry.descriptor == SELECTOR_FILTER_CODE):
+            if not isinstance(entry.value, str):
+                raise ValueError("the selector filter's value must be a string")
+            return str(key), entry.value
+    return None
+
+
+def put_source_selector(data, key: str, text: str) -> None:
+    """Make ``data`` (a source's ``filter``) the map with only the selector entry ``key`` -> ``text``."""
+    data.clear()
+    data.put_map()
+    data.enter()
+    data.put_symbol(key)
+    data.put_described()
+    data.enter()
+    data.put_symbol(SELECTOR_FILTER)
+    data.put_string(text)
+    data.exit()
+    data.exit()

@@ -362,8 +362,10 @@ class Consumer(_Client):
     def __init__(self, url: str, address: str | None = None, *, count: int | None = None,
                  credit: int = 10, replenish: bool = True,
                  outcome: str | Callable[[Message, int], str] = "accept",
-                 dynamic: bool = False, presettled: bool = False, name: str | None = None):
+                 dynamic: bool = False, presettled: bool = False, name: str | None = None,
+                 options: list | None = None):
         super().__init__(url, name=name)
+        self.options = list(options or ())  # extra proton link options (a Selector, ...)
         if address is None and not dynamic:
             raise ValueError("a consumer needs an address unless dynamic=True")
         if isinstance(outcome, str) and outcome not in OUTCOMES:
@@ -386,7 +388,7 @@ class Consumer(_Client):
         self.link_credit = 0  # our receiver's credit after the last event
 
     def _open_links(self, container, conn) -> None:
-        opts = [AtMostOnce()] if self.presettled else None
+        opts = ([AtMostOnce()] if self.presettled else []) + self.options or None
         if self.dynamic:
             self.receiver = container.create_receiver(conn, None, dynamic=True, name=f"{self.name}-rx",
                                                       options=opts)

@@ -201,16 +201,69 @@ def test_a_queue_filter_takes_only_the_messages_its_selector_selects(broker_proc
     assert [m.body for m in receive_messages(url, "cars::all-cars", 5)] == [0, 1, 2, 3, 4]
 
 
-def test_a_consumer_asking_for_a_selector_is_told_no_filter_is_in_force(broker_proc):
-    """Consumer selectors are not applied yet: the answered source carries no filter (AMQP 1.0 §3.5.8), so
-    the client knows, instead of believing its selector filters the messages."""
+def test_consumer_selectors_on_a_queue_and_a_topic(broker_proc):
+    """A consumer attaching with the selector filter (apache.org:selector-filter:string) gets only the
+    messages its JMS selector selects; the others stay on the queue for another consumer; the answered
+    source carries the filter in force (AMQP 1.0 §3.5.8). On a topic, a subscriber's selector filters what
+    its subscription stores."""
     from proton.reactor import Selector
     from proton.utils import BlockingConnection
 
     b = broker_proc()
+    url = _url(b)
+    conn = BlockingConnection(url, timeout=TIMEOUT)
+    try:
+        reds = conn.create_receiver("work", options=Selector("color = 'red'"))
+        answered = reds.link.remote_source.filter
+        answered.rewind()
+        answered.next()
+        (entry,) = answered.get_object().values()
+        assert (str(entry.descriptor), entry.value) == ("apache.org:selector-filter:string", "color = 'red'")
+        sender = conn.create_sender("work")
+        for i, color in enumerate(["red", "blue", "red", "green"]):
+            sender.send(Message(id=i, body=i, properties={"color": color}))
+        got = [reds.receive(TIMEOUT) for _ in range(2)]
+        for _ in got:
+            reds.accept()
+        assert [m.body for m in got] == [0, 2]
+        with pytest.raises(Exception):
+            reds.receive(0.5)
+        # blue and green wait on the queue for a consumer without the selector
+        assert [m.body for m in receive_messages(url, "work", 2)] == [1, 3]
+    finally:
+        conn.close()
+
+
+def test_topic_subscriber_selector_filters_its_subscription(broker_proc):
+    from proton.reactor import Selector
+
+    b = broker_proc()
+    url = _url(b)
+    reds = Consumer(url, "news", count=2, options=[Selector("color = 'red'")]).start()
+    every = Consumer(url, "news", count=3).start()
+    try:
+        reds.wait_ready(TIMEOUT)
+        every.wait_ready(TIMEOUT)
+        send_messages(url, "news", [Message(id=i, body=i, properties={"color": c})
+                                    for i, c in enumerate(["red", "blue", "red"])])
+        reds.wait(TIMEOUT)
+        every.wait(TIMEOUT)
+        assert [m.body for m in reds.messages] == [0, 2]
+        assert [m.body for m in every.messages] == [0, 1, 2]
+    finally:
+        reds.close()
+        every.close()
+
+
+def test_a_malformed_selector_is_refused_with_invalid_field(broker_proc):
+    from proton.reactor import Selector
+    from proton.utils import BlockingConnection, LinkDetached
+
+    b = broker_proc()
     conn = BlockingConnection(_url(b), timeout=TIMEOUT)
     try:
-        receiver = conn.create_receiver("work", options=Selector("color = 'red'"))
-        assert not receiver.link.remote_source.filter.format(), receiver.link.remote_source.filter.format()
+        with pytest.raises(LinkDetached) as info:
+            conn.create_receiver("work", options=Selector("color = = 'red'"))
+        assert "amqp:invalid-field" in str(info.value) and "selector" in str(info.value), info.value
     finally:
         conn.close()
