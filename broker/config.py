@@ -25,7 +25,7 @@ import xml.etree.ElementTree as ET
 
 from wire.sasl import is_loopback
 
-from . import xmlschema as xs
+from . import netconfig, xmlschema as xs
 from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
     ANY_WORDS, DELIMITER, SINGLE_WORD, Acceptor, AddressConfig,
     AddressSettings, BrokerConfig, BrokerConnection, BrokerConnectionElement, FlowRecordsConfig, QueueConfig,
@@ -145,7 +145,7 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
                        address_settings=[], broker_connections=[], warnings=ctx.warnings)
     seen: dict[str, int] = {}
     known = (set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED) | set(xs.CORE_LIMITS_UNENFORCED)
-             | set(xs.CORE_SECURITY_UNENFORCED) | set(xs.CORE_SECURITY_ENFORCED))
+             | set(xs.CORE_SECURITY_UNENFORCED) | set(xs.CORE_SECURITY_ENFORCED) | set(netconfig.CORE_ELEMENTS))
     security_el = None
     security_settings = ([], None)
     credentials = Credentials(ctx.path)
@@ -175,6 +175,15 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
             continue
         if name in xs.CORE_LIMITS_UNENFORCED:
             _unenforced_limit(ctx, el, name, xs.CORE_LIMITS_UNENFORCED[name])
+            continue
+        if name in netconfig.CORE_ELEMENTS:   # ActiveMQ networks of brokers (broker/netconfig.py)
+            _once(ctx, seen, name, el)
+            if name == "networkConnectors":
+                cfg.network_connectors = netconfig.parse_network_connectors(ctx, el, credentials)
+            elif name == "networkConnectorStartAsync":
+                cfg.network_connector_start_async = ctx.value(el, "bool")
+            else:
+                cfg.bridge_policies = netconfig.parse_destination_policy(ctx, el)
             continue
         if name not in xs.CORE_HANDLED:
             raise _unknown(ctx, el, "core", known)

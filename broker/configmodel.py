@@ -166,6 +166,11 @@ class BrokerConfig:
     security_enabled: bool | None = None
     #: broker.security.BrokerSecurity (users and roles) when security_enabled is True.
     security: object = field(default=None, repr=False)
+    #: ActiveMQ networks of brokers (broker/netconfig.py): list[NetworkConnector], the broker attribute
+    #: networkConnectorStartAsync, and list[BridgeFilterPolicy] from <destinationPolicy>.
+    network_connectors: list = field(default_factory=list)
+    network_connector_start_async: bool = False
+    bridge_policies: list = field(default_factory=list)
 
     @property
     def paging_path(self) -> str:
