@@ -29,9 +29,11 @@ of :mod:`wire.codec`); damage further on is not their concern. Anything malforme
 that section raises :class:`~wire.amqptypes.CodecError`. A read whose key text does not occur in the
 section at all returns at once, without walking the map.
 
-Per-call cost on CPython 3.11 (about 230-byte message with two annotations, shared 2-vCPU VM, best of
-many runs): see tests/unit/wire/test_msgannotations.py ``test_timing`` — read_annotation ~1.5 µs,
-set_annotations (one list value) ~3-4 µs.
+Per-call cost on CPython 3.11 (192-byte message with header, two annotations, properties and
+application-properties; shared 2-vCPU VM, best of 5x20000 runs; printed by
+tests/unit/wire/test_msgannotations.py ``test_timing``): read_annotation 0.9 µs when the key is absent,
+2.9 µs for a list of strings; set_annotations 2.3 µs inserting a new section, 4.8-5.2 µs adding a list
+to an existing map; remove_annotations 3.7 µs.
 """
 
 from __future__ import annotations

@@ -212,3 +212,10 @@ def test_timing():
     for label, fn in results.items():
         best = min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
         print(f"{label}: {best:.2f} µs")
+
+
+def test_bytearray_input():
+    msg = bytearray(MESSAGES["annotations"])
+    out = set_annotations(msg, {"x": [1], "other": None})
+    assert type(out) is bytes and _ann(out)["x"] == [1] and "other" not in _ann(out)
+    assert read_annotation(msg, "other") == "v" and read_annotations(msg, ("n",)) == {"n": 3}
