@@ -652,6 +652,9 @@ def _parse_multicast(ctx: Ctx, el, what: str, uri: str) -> MulticastGroup:
     group = params.pop("group", DEFAULT_MULTICAST_GROUP)
     if not group.strip():
         raise ctx.error(el, f"{what}: multicast group=\"\" must not be empty")
+    if any(c.isspace() or not c.isprintable() for c in group):
+        # the group name is a field of the announcement datagram (wire/discovery.py)
+        raise ctx.error(el, f"{what}: multicast group {group!r} must not contain spaces or control characters")
     if params:
         key = sorted(params)[0]
         raise ctx.error(el, f"{what}: multicast option {key} is not supported by tdbroker (supported: group)")

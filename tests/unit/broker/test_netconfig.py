@@ -228,9 +228,11 @@ def test_multicast_discovery(uri, group):
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """A CA for the trust store (made now: nothing secret is committed)."""
+    """A CA for the trust store and a client certificate (made now: nothing secret is committed)."""
     folder = tmp_path_factory.mktemp("pki")
-    trustme.CA().cert_pem.write_to_path(str(folder / "ca.pem"))
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(folder / "ca.pem"))
+    ca.issue_cert("broker-a").private_key_and_cert_chain_pem.write_to_path(str(folder / "client.pem"))
     return folder
 
 
@@ -257,8 +259,9 @@ def test_a_missing_trust_store_is_a_file_and_line_error(tmp_path):
 
 
 def test_a_key_store_password_is_not_kept_in_the_uri(pki):
-    uri = "static:(ssl://127.0.0.1:1?trustStorePath=ca.pem;keyStorePassword=s3cret)"
-    (c,) = parse(connectors_xml(f'<networkConnector name="c" uri="{uri}"/>'), str(pki / "broker.xml")).network_connectors
+    uri = "static:(ssl://127.0.0.1:1?trustStorePath=ca.pem;keyStorePath=client.pem;keyStorePassword=s3cret)"
+    text = connectors_xml(f'<networkConnector name="c" uri="{uri}"/>')
+    (c,) = parse(text, str(pki / "broker.xml")).network_connectors
     assert "s3cret" not in c.uri and "keyStorePassword=***)" in c.uri and "s3cret" not in repr(c)
 
 
@@ -291,6 +294,7 @@ def test_a_key_store_password_is_not_kept_in_the_uri(pki):
     ("multicast://10.0.0.1", ["'10.0.0.1' is not a multicast group address"]),
     ("multicast://broker-host", ["not a multicast group address"]),
     ("multicast://default?group=", ["group=\"\" must not be empty"]),
+    ("multicast://default?group=a%20b", ["multicast group 'a b' must not contain spaces"]),
     ("multicast://default?timeToLive=5", ["multicast option timeToLive is not supported"]),
     ("multicast://default?initialReconnectDelay=5", ["multicast option initialReconnectDelay is not supported"]),
 ])
