@@ -53,7 +53,7 @@ MAX_QUEUE_NAME = 1024
 class QueueInfo:
     """What the broker knows about a queue besides its messages: binding, routing type, life cycle."""
 
-    __slots__ = ("name", "address", "routing_type", "durable", "temporary", "expiry_delay", "selector")
+    __slots__ = ("name", "address", "routing_type", "durable", "temporary", "expiry_delay", "selector", "admit")
 
     def __init__(self, name: str, address: str, routing_type: str, durable: bool, temporary: bool,
                  expiry_delay: int, selector: Selector | None = None):
@@ -64,6 +64,7 @@ class QueueInfo:
         self.temporary = temporary        # dynamic source / non-durable subscription: gone with its link
         self.expiry_delay = expiry_delay  # address-settings expiry-delay (ms; <= 0: none)
         self.selector = selector          # Artemis' queue <filter>: only matching messages enter the queue
+        self.admit = None                 # bytes -> bool: another test to enter (AddressModel.set_admit)
 
 
 class QueueExits(Protocol):
@@ -103,9 +104,27 @@ class AddressModel:
         decoded only when a filtered queue is among them."""
         if not self.filtered or not any(q.name in self.filtered for q in queues):
             return queues
-        lookup = message_lookup(payload)
         info = self.queue_info
-        return [q for q in queues if q.name not in self.filtered or info[q.name].selector.matches(lookup)]
+        lookup = None
+        out = []
+        for q in queues:
+            qi = info[q.name]
+            if q.name in self.filtered:
+                if qi.admit is not None and not qi.admit(payload):
+                    continue
+                if qi.selector is not None:
+                    if lookup is None:
+                        lookup = message_lookup(payload)
+                    if not qi.selector.matches(lookup):
+                        continue
+            out.append(q)
+        return out
+
+    def set_admit(self, name: str, admit: Callable[[bytes], bool]) -> None:
+        """Give queue ``name`` a test every message must pass to enter it (a network bridge's subscription:
+        not back where it came from, within messageTTL), besides any selector."""
+        self.queue_info[name].admit = admit
+        self.filtered.add(name)
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(queue name)`` for every non-temporary queue created from now on (broker

@@ -18,6 +18,7 @@ import trio
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
 from broker.credentials import FROM_STORE, store_path
+from broker.netruntime import NetworkConnectorTask
 from broker.runtime import BridgeTask, BrokerRuntime
 from broker.security import ACCEPTOR_MECHANISMS
 from broker.server import Broker
@@ -91,6 +92,7 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
         await nursery.start(BrokerRuntime(broker).run)
         if broker.recorder is not None:
             nursery.start_soon(broker.recorder.run)
+        bound: list[tuple[str, int, bool]] = []
         for acc in cfg.acceptors:
             settings = broker.connection_settings(name=acc.name, **acceptor_security(cfg))
             limits = ()
@@ -107,9 +109,17 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
                                  f"{acc.host}:{acc.port}: {exc}")
             for lst in listeners:
                 h, p = lst.socket.getsockname()[:2]
+                bound.append((h, p, acc.tls is not None))
                 print(f"tdbroker: listening on {h}:{p} (acceptor {acc.name})", flush=True)
+        broker.network.set_local_acceptors(bound)
         for ctl in broker.bridges.values():
             nursery.start_soon(BridgeTask(ctl).run)  # auto-start="false" ones wait for start_broker_connection
+        # Network connectors: one after another (ActiveMQ's default), each given its first attempt, unless
+        # networkConnectorStartAsync.
+        serial = not cfg.network_connector_start_async
+        for connector in cfg.network_connectors:
+            await nursery.start(functools.partial(NetworkConnectorTask(broker.network, connector).run,
+                                                  serial=serial))
         print("tdbroker: ready", flush=True)
         task_status.started(broker)
         await shut_down_on_signal(signals, broker.close_all, lambda: bool(broker.connections),

@@ -61,6 +61,7 @@ class DeliveryPath:
         self.recorder = None    # a wire.flowrecords.FlowRecorder when <flow-records> is configured
         self.consumers: dict = {}  # consumer id -> BrokerLink
         self.consumer_listeners: list = []  # (BrokerLink, added) -> None: network advisories
+        self.duplicates = None  # broker.network.Network: duplicate detection of network peers' messages
         self.dirty: set[Queue] = set()  # queues with something to hand out (or drained consumers)
         self.wake: set = set()  # engines with frames to send
 
@@ -76,7 +77,7 @@ class DeliveryPath:
         bl = BrokerLink(link, engine, self, None, True, name)
         bl.mode, bl.address = mode, address
         self.register(engine, link, bl)
-        raw.link_flow(link, LINK_CAPACITY)
+        raw.link_flow(link, engine.app.link_capacity or LINK_CAPACITY)
         return bl
 
     def attach(self, engine, link, q: Queue, *, incoming: bool, name: str = "",
@@ -91,7 +92,7 @@ class DeliveryPath:
         Every consumer added or removed is reported to ``consumer_listeners``."""
         bl = self.register(engine, link, BrokerLink(link, engine, self, q, incoming, name))
         if incoming:
-            raw.link_flow(link, LINK_CAPACITY)
+            raw.link_flow(link, engine.app.link_capacity or LINK_CAPACITY)
         else:
             bl.presettled = presettled
             bl.consumer_id = next(_consumer_ids)
@@ -261,6 +262,15 @@ class DeliveryPath:
             raw.set_rejected(d, "amqp:decode-error", str(exc)[:200])
             self.answer(bl, d, accepted=False)
             return
+        net_key = None
+        duplicates = self.duplicates
+        if duplicates is not None and bl.engine.app.network_peer is not None:
+            # A network peer resends what it had no confirmation of (a reconnect, its restart): a message
+            # whose network id we stored already is accepted again and dropped (broker.network).
+            net_key = duplicates.duplicate_key(payload)
+            if net_key is not None and duplicates.is_duplicate(net_key):
+                self.answer(bl, d)
+                return
         addressing = self.addressing
         info = addressing.queue_info
         targets = [bl.queue] if bl.mode is None else addressing.multicast_queues(bl.address)
@@ -323,6 +333,8 @@ class DeliveryPath:
             else:
                 q.enqueue(m)
                 self.dirty.add(q)
+        if net_key is not None:
+            duplicates.remember(net_key)
         rec = self.recorder
         if rec is not None:
             self._record(rec, "store", payload, address=address, size=len(payload), queues=len(targets))

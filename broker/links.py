@@ -79,3 +79,5 @@ class BrokerConnection:
         # this connection closes (broker.server.Broker._drop_owned).
         self.kept_queues: list[str] = []
         self.on_open = None  # broker connections: called once the peer answered our open
+        self.network_peer: str | None = None  # the peer's network broker id (broker.network)
+        self.link_capacity: int | None = None  # credit per incoming link, when not LINK_CAPACITY

@@ -34,6 +34,7 @@ Dead letters and expiry follow Artemis (:mod:`broker.moves`). The names manageme
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Protocol
@@ -50,6 +51,7 @@ from broker.facade import ManagementFacade
 from broker.limits import AddressLimits, SizeMeter
 from broker.links import BrokerConnection, BrokerLink
 from broker.moves import Mover
+from broker.network import ADVISORY, ADVISORY_ADDRESS, FAILOVER_SERVER_LIST, Network
 from broker.queue import Queue
 from broker.security import permitted, user_roles
 from broker.selector import Selector, selector_accepts
@@ -111,6 +113,7 @@ class Broker(ConnectionHandler):
         self.addressing.exits = self.mover
         self.timers = Timers(self.addressing, self.queue_changed)
         self.facade = ManagementFacade(self)
+        self.network = Network(self)
         self._deadline: int | None = None  # the deadline the runtime was last given
         for conn in cfg.broker_connections:
             BridgeControl(self, conn)
@@ -118,11 +121,19 @@ class Broker(ConnectionHandler):
     # -- engines ----------------------------------------------------------------------------------
     def connection_settings(self, **kw) -> ConnectionSettings:
         kw.setdefault("container_id", self.name)
-        kw.setdefault("properties", {"product": PRODUCT, "version": VERSION})
+        kw["properties"] = {"product": PRODUCT, "version": VERSION, **kw.get("properties", {})}
         kw.setdefault("offered_capabilities", ())
         return ConnectionSettings(**kw)
 
     def new_engine(self, settings: ConnectionSettings, *, server: bool, remote_host: str = "") -> EngineConnection:
+        if server:
+            # Who we are to a network peer, and the other brokers of the network to a client that can fail
+            # over (the AMQP failover extension's failover-server-list), as of this connection's start.
+            props = {**settings.properties, **self.network.open_properties()}
+            failover = self.network.failover_list()
+            if failover:
+                props[FAILOVER_SERVER_LIST] = failover
+            settings = dataclasses.replace(settings, properties=props)
         engine = EngineConnection(self, settings, server=server, remote_host=remote_host)
         bc = BrokerConnection(engine)
         engine.app = bc
@@ -136,13 +147,18 @@ class Broker(ConnectionHandler):
     # -- time and durability: the inputs of the sans-IO core ------------------------------------------
     def next_deadline(self) -> int | None:
         """The earliest time (clock ms) :meth:`tick` has work, or None; the runtime sleeps until it."""
-        self._deadline = nxt = self.timers.next_timer()
+        self._deadline = nxt = self._next_timer()
         return nxt
+
+    def _next_timer(self) -> int | None:
+        times = [t for t in (self.timers.next_timer(), self.network.next_deadline()) if t is not None]
+        return min(times) if times else None
 
     def tick(self, now: int) -> int:
         """Do what is due at ``now``: expire messages, end redelivery delays; returns how many expired."""
         n, ended = self.timers.run_due(now)
-        if n or ended:
+        woken = self.network.tick(now)
+        if n or ended or woken:
             self.on_batch_end()
         return n
 
@@ -183,7 +199,7 @@ class Broker(ConnectionHandler):
 
     def _arm_timer(self) -> None:
         """Tell the runtime when a message now expires before the time it sleeps until."""
-        nxt = self.timers.next_timer()
+        nxt = self._next_timer()
         if nxt is not None and (self._deadline is None or nxt < self._deadline):
             self._deadline = nxt
             if self.runtime is not None:
@@ -198,6 +214,7 @@ class Broker(ConnectionHandler):
             log.info("connection %d (%s) opened, container %s", engine.id, engine.remote_host,
                      engine.remote_container)
         bc = engine.app
+        self.network.connection_opened(engine)
         if bc.on_open is not None:
             bc.on_open(engine)
 
@@ -247,6 +264,9 @@ class Broker(ConnectionHandler):
         if not address:
             engine.refuse_link(link, "amqp:not-implemented", "tdbroker needs a named node (no anonymous relay)")
             return
+        if address == ADVISORY_ADDRESS and lo.is_sender:
+            self.network.advisory_attach(engine, link)
+            return None
         if address == MANAGEMENT_ADDRESS and not lo.is_sender:
             if self._denied(engine, link, "manage", address):
                 return
@@ -380,7 +400,9 @@ class Broker(ConnectionHandler):
         bl.engine.app.links.pop(bl.ptr, None)
 
     def _unbind(self, bl: BrokerLink, *, failed: bool) -> None:
-        if bl.mode == BrokerLink.BROWSE:
+        if bl.mode == ADVISORY:
+            self.network.unbind(bl)
+        elif bl.mode == BrokerLink.BROWSE:
             self.browsing.unbind(bl)
         else:
             self.delivery.unbind(bl, failed=failed)
@@ -445,6 +467,7 @@ class Broker(ConnectionHandler):
     def on_connection_close(self, engine) -> None:
         bc = engine.app
         self.connections.discard(bc)  # first: a queue removed below must not try to detach links here
+        self.network.connection_closed(engine)
         for bl in list(bc.links.values()):
             self._unbind(bl, failed=True)
             self._drop_owned(bl, False, connection_gone=True)
@@ -481,7 +504,9 @@ class Broker(ConnectionHandler):
 
     def open_journal(self) -> int:
         """Open the pager and the journal and recover what it holds (see Storage.open)."""
-        return self.storage.open()
+        n = self.storage.open()
+        self.network.rebuild_duplicates()
+        return n
 
     def close_journal(self) -> None:
         self.storage.close()
