@@ -213,10 +213,10 @@ class Bridge:
         if demand.consumers or demand.static:
             self._refresh_selectors(demand)
             return
-        self._drop(demand)
         self.demands.pop(key, None)
-        if demand.link is not None and not self.engine.finished:
-            self.engine.close_link(demand.link.ptr, "amqp:resource-deleted", "no more demand")
+        if demand.link is not None:
+            self.broker.detach_local(demand.link, "amqp:resource-deleted", "no more demand")
+        self._drop(demand)
 
     def _refresh_selectors(self, demand: Demand) -> None:
         """Which selectors this side evaluates: without conduit, the one consumer's; with conduit and the

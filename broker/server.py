@@ -431,6 +431,14 @@ class Broker(ConnectionHandler):
             self.remove_queue(name, "closed with its link")
         return None
 
+    def detach_local(self, bl: BrokerLink, condition: str, description: str) -> None:
+        """Detach a link the broker attached itself (a network consumer whose demand went): its consumer
+        leaves the queue (what it had unsettled goes back) and the peer gets a detach with ``condition``."""
+        self._unbind(bl, failed=False)
+        if not bl.engine.finished:
+            bl.engine.close_link(bl.ptr, condition, description)
+            bl.engine.wake()
+
     def remove_queue(self, name: str, reason: str) -> int:
         """Forget a queue: detach the links bound to it, journal the removal of its durable messages.
         Returns how many messages it held."""
