@@ -2,13 +2,22 @@
 offers the same names, ``mgmt_queues`` ... ``stop_broker_connection``, by delegation).
 
 Plain synchronous methods returning dicts (the management agent turns them into AMQP replies); the
-start/stop of broker connections only triggers the Trio side (:mod:`broker.connections`), which does
-the work. Unknown names raise KeyError, invalid arguments ValueError, as the agent expects.
+start/stop of broker connections and of network connectors only triggers the Trio side
+(:mod:`broker.connections`, :mod:`broker.netruntime`), which does the work. Unknown names raise KeyError,
+invalid arguments ValueError, as the agent expects.
 
 Counters are the queues' own (:class:`broker.queue.Queue`), so they are real, not estimated:
 ``deliveredCount`` counts every delivery handed to a consumer (redeliveries included),
 ``acknowledgedCount`` accepted ones, ``deadLetteredCount`` messages killed (rejected or too many
 delivery attempts).
+
+Network bridges (docs/networks.md) are read from :attr:`broker.Broker.network`: one row per bridge target
+of each of our ``<networkConnector>`` elements (its :class:`broker.netruntime.ConnectorControl`, whose key
+in ``network.controls`` is the row's identity: the connector's name, ``name@host:port`` for a second
+target of the same connector) and one per reverse half of a peer's duplex connector (identity
+``name@peer-host:port``: it is the peer's to start and stop). ActiveMQ's NetworkConnectorViewMBean
+``start()``/``stop()`` act on a whole connector: so do ``start_network_connector`` and
+``stop_network_connector`` given its name; given a ``name@host:port`` identity, on that one target.
 """
 
 from __future__ import annotations
@@ -89,6 +98,31 @@ class ManagementFacade:
             })
         return out
 
+    def mgmt_network(self) -> list[dict]:
+        """The broker's part in a network of brokers: one row (its network id, the peers it is connected
+        to, its bridges and how many duplicate messages from peers it dropped)."""
+        net = self.broker.network
+        peers = sorted(p["name"] for p in net.peers.values() if p["connections"])
+        return [{"name": net.name, "brokerId": net.broker_id, "peers": peers,
+                 "bridgeCount": len(net.controls) + len(self._peer_duplex_bridges()),
+                 "duplicatesDropped": net.duplicates_dropped}]
+
+    def mgmt_network_bridges(self) -> list[dict]:
+        """Every network bridge: ours (connected or not) then the peers' duplex halves (see the module
+        docstring); each row is ``Network.mgmt_bridges``' plus ``identity``."""
+        rows = []
+        for key, ctl in self.broker.network.controls.items():
+            rows.extend({**row, "identity": key} for row in ctl.describe())
+        for bridge in self._peer_duplex_bridges():
+            remote = bridge.engine.remote_host
+            rows.append({"name": bridge.connector.name, "remote": remote, "duplex": True, "state": "connected",
+                         "reconnectAttempts": 0, "connections": 1, "lastError": "", **bridge.describe(),
+                         "direction": "duplex (remote's)", "identity": f"{bridge.connector.name}@{remote}"})
+        return rows
+
+    def _peer_duplex_bridges(self) -> list:
+        return [b for b in self.broker.network.bridges if b.direction == "duplex"]
+
     # -- commands ----------------------------------------------------------------------------------------
     def create_queue(self, name: str, address: str | None = None, routing_type: str = ANYCAST,
                      durable: bool = True) -> dict:
@@ -135,3 +169,26 @@ class ManagementFacade:
 
     def stop_broker_connection(self, name: str) -> None:
         self.broker.bridges[name].stop()
+
+    def start_network_connector(self, name: str) -> None:
+        """Start a network connector (every target) or one target (``name@host:port``); KeyError when
+        unknown."""
+        for ctl in self._network_controls(name):
+            ctl.start()
+        log.info("network connector %s started by management", name)
+
+    def stop_network_connector(self, name: str) -> None:
+        """Stop a network connector: its bridges' connections close and it does not reconnect until started."""
+        for ctl in self._network_controls(name):
+            ctl.stop()
+        log.info("network connector %s stopped by management", name)
+
+    def _network_controls(self, name: str) -> list:
+        net = self.broker.network
+        controls = [ctl for key, ctl in net.controls.items() if key == name or ctl.connector.name == name]
+        if controls:
+            return controls
+        if any(b.connector.name == name for b in self._peer_duplex_bridges()):
+            raise ValueError(f"network connector {name} is a peer's duplex connector: start or stop it on "
+                             "that broker")
+        raise KeyError(f"network connector {name}")

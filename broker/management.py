@@ -1,15 +1,22 @@
 """The broker's management agent: the same AMQP management protocol as the router's (wire/management.py)
-for queues, addresses and broker connections.
+for queues, addresses, broker connections and networks of brokers.
 
 Entity types (Artemis names): ``org.apache.activemq.artemis.queue`` (QUERY, READ, CREATE, DELETE, PURGE),
-``org.apache.activemq.artemis.address`` (QUERY, READ) and ``org.apache.activemq.artemis.brokerConnection``
-(QUERY, READ, ``startBrokerConnection``, ``stopBrokerConnection``). Short names (``queue``, ``address``,
-``brokerConnection``) are accepted too.
+``org.apache.activemq.artemis.address`` (QUERY, READ), ``org.apache.activemq.artemis.brokerConnection``
+(QUERY, READ, ``startBrokerConnection``, ``stopBrokerConnection``), and for ActiveMQ-style networks of
+brokers (docs/networks.md) ``org.apache.activemq.artemis.network`` (QUERY, READ: the broker's network id,
+peers and duplicates dropped) and ``org.apache.activemq.artemis.networkBridge`` (QUERY, READ,
+``startNetworkConnector``, ``stopNetworkConnector``: ActiveMQ Classic's NetworkConnectorViewMBean
+``start()``/``stop()``). Short names (``queue``, ``address``, ``brokerConnection``, ``network``,
+``networkBridge``) are accepted too.
 
 The agent only calls the broker's management facade (``mgmt_queues``, ``mgmt_addresses``,
 ``mgmt_connections``, ``create_queue``, ``delete_queue``, ``purge_queue``, ``start_broker_connection``,
-``stop_broker_connection``): KeyError from it means an unknown name (404), ValueError an invalid request
-(400). Anyone who can reach the broker's ``$management`` can change it: there is no policy yet.
+``stop_broker_connection``, which the broker offers by delegation; ``mgmt_network``,
+``mgmt_network_bridges``, ``start_network_connector``, ``stop_network_connector``, which it calls on the
+broker's ``facade`` part): KeyError from it means an unknown name
+(404), ValueError an invalid request (400). Anyone who can reach the broker's ``$management`` can change
+it: there is no policy yet.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ ARTEMIS = "org.apache.activemq.artemis."
 QUEUE = ARTEMIS + "queue"
 ADDRESS = ARTEMIS + "address"
 BROKER_CONNECTION = ARTEMIS + "brokerConnection"
+NETWORK = ARTEMIS + "network"
+NETWORK_BRIDGE = ARTEMIS + "networkBridge"
 
 # temporary: a dynamic (reply) queue that goes with its consumer. messageCount includes paged messages
 # (as Artemis counts them); paging / pagedMessageCount / pagedSize: what of it is in page files (tdbroker).
@@ -37,12 +46,25 @@ QUEUE_ATTRIBUTES = ("name", "identity", "type", "address", "routingType", "durab
 ADDRESS_ATTRIBUTES = ("name", "identity", "type", "routingTypes", "queues", "paging", "numberOfPages",
                       "addressSize", "pagedSize")
 CONNECTION_ATTRIBUTES = ("name", "identity", "type", "uri", "status", "links", "autoStart")
+# One row: brokerId is this broker's network id (kept beside the journal), peers the names of the brokers it
+# has a network connection with, duplicatesDropped the messages from peers it had already stored.
+NETWORK_ATTRIBUTES = ("name", "identity", "type", "brokerId", "peers", "bridgeCount", "duplicatesDropped")
+# One row per bridge (broker/facade.py): name is the connector's, identity what start/stop accept for that
+# one target; direction out, duplex (our duplex connector) or "duplex (remote's)" (a peer's, adopted);
+# state stopped/connecting/connected/failed; demand a list of {kind, destination, consumers, static,
+# forwarded, priority, path}; forwarded the messages sent over the bridge's current connection.
+NETWORK_BRIDGE_ATTRIBUTES = ("name", "identity", "type", "remote", "direction", "duplex", "state",
+                             "reconnectAttempts", "connections", "lastError", "peer", "peerId", "demand",
+                             "forwarded")
 
-ATTRIBUTES = {QUEUE: QUEUE_ATTRIBUTES, ADDRESS: ADDRESS_ATTRIBUTES, BROKER_CONNECTION: CONNECTION_ATTRIBUTES}
+ATTRIBUTES = {QUEUE: QUEUE_ATTRIBUTES, ADDRESS: ADDRESS_ATTRIBUTES, BROKER_CONNECTION: CONNECTION_ATTRIBUTES,
+              NETWORK: NETWORK_ATTRIBUTES, NETWORK_BRIDGE: NETWORK_BRIDGE_ATTRIBUTES}
 OPERATIONS = {
     QUEUE: ("QUERY", "READ", "CREATE", "DELETE", "PURGE"),
     ADDRESS: ("QUERY", "READ"),
     BROKER_CONNECTION: ("QUERY", "READ", "startBrokerConnection", "stopBrokerConnection"),
+    NETWORK: ("QUERY", "READ"),
+    NETWORK_BRIDGE: ("QUERY", "READ", "startNetworkConnector", "stopNetworkConnector"),
 }
 # Management requests that are not about one entity type.
 NODE_OPERATIONS = ("QUERY", "GET-TYPES", "GET-ATTRIBUTES", "GET-OPERATIONS", "GET-MGMT-NODES")
@@ -69,6 +91,8 @@ class BrokerManagement:
 
     def __init__(self, broker):
         self.broker = broker
+        # The network names are the facade part's; a broker without one (a test's fake) offers them itself.
+        self.facade = getattr(broker, "facade", broker)
 
     def handle(self, data: bytes) -> bytes | None:
         return wm.answer(data, self.dispatch, log, _facade_error)
@@ -80,12 +104,16 @@ class BrokerManagement:
             source = b.mgmt_queues()
         elif type_name == ADDRESS:
             source = b.mgmt_addresses()
-        else:
+        elif type_name == BROKER_CONNECTION:
             source = b.mgmt_connections()
+        elif type_name == NETWORK:
+            source = self.facade.mgmt_network()
+        else:
+            source = self.facade.mgmt_network_bridges()
         out = []
         for item in source:
             row = {a: item.get(a) for a in ATTRIBUTES[type_name]}
-            row["identity"] = item.get("name")
+            row["identity"] = item.get("identity") or item.get("name")
             row["type"] = type_name
             out.append(row)
         return out
@@ -122,6 +150,8 @@ class BrokerManagement:
             return wm.OK, []
         if op in ("STARTBROKERCONNECTION", "STOPBROKERCONNECTION"):
             return self._broker_connection(req, start=op.startswith("START"))
+        if op in ("STARTNETWORKCONNECTOR", "STOPNETWORKCONNECTOR"):
+            return self._network_connector(req, start=op.startswith("START"))
         type_name = self._type(req.type)
         if op not in ("READ", "CREATE", "DELETE", "UPDATE", "PURGE"):
             raise ManagementError(wm.NOT_IMPLEMENTED, f"operation '{op}' is not implemented")
@@ -174,14 +204,33 @@ class BrokerManagement:
         log.info("management: created queue %s", name)
         return wm.CREATED, next((r for r in self.rows(QUEUE) if r["name"] == name), {"name": name})
 
-    def _broker_connection(self, req: wm.Request, *, start: bool) -> tuple[int, Any]:
-        if req.type not in (None, wm.NODE_TYPE) and _full_type(req.type) != BROKER_CONNECTION:
-            raise bad_request(f"{req.operation} applies to type {BROKER_CONNECTION}")
+    @staticmethod
+    def _named(req: wm.Request, type_name: str) -> str:
+        """The name a start/stop operation acts on (``name``, ``identity`` or the body's ``name``)."""
+        if req.type not in (None, wm.NODE_TYPE) and _full_type(req.type) != type_name:
+            raise bad_request(f"{req.operation} applies to type {type_name}")
         name = req.name or req.identity
         if name is None and isinstance(req.body, dict):
             name = req.body.get("name")
-        if not name:
+        if not name or not isinstance(name, str):
             raise bad_request(f"{req.operation} needs 'name'")
+        return name
+
+    def _network_connector(self, req: wm.Request, *, start: bool) -> tuple[int, Any]:
+        """Start or stop a network connector (every bridge target) or one target (its identity); the
+        answer is the bridge rows it has now (the Trio side connects or closes soon after)."""
+        name = self._named(req, NETWORK_BRIDGE)
+        if start:
+            self.facade.start_network_connector(name)
+        else:
+            self.facade.stop_network_connector(name)
+        log.info("management: %s network connector %s", "started" if start else "stopped", name)
+        rows = [r for r in self.rows(NETWORK_BRIDGE) if name in (r["name"], r["identity"])
+                and r["direction"] != "duplex (remote's)"]
+        return wm.OK, {"name": name, "bridges": rows}
+
+    def _broker_connection(self, req: wm.Request, *, start: bool) -> tuple[int, Any]:
+        name = self._named(req, BROKER_CONNECTION)
         if start:
             self.broker.start_broker_connection(name)
         else:

@@ -58,6 +58,25 @@ class FakeBroker:
     def stop_broker_connection(self, name):
         self.connections[name]["status"] = "STOPPED"
 
+    # the network part of the facade (broker/facade.py), over one bridge row
+    bridges = {"a-to-b": {"name": "a-to-b", "identity": "a-to-b", "remote": "127.0.0.1:61616", "direction": "out",
+                          "duplex": False, "state": "connected", "reconnectAttempts": 0, "connections": 1,
+                          "lastError": "", "peer": "b", "peerId": "b-1",
+                          "demand": [{"kind": "queue", "destination": "orders", "consumers": 2, "static": False,
+                                      "forwarded": 5, "priority": -5, "path": ["b-1"]}], "forwarded": 5}}
+
+    def mgmt_network(self):
+        return [{"name": "a", "brokerId": "a-1", "peers": ["b"], "bridgeCount": 1, "duplicatesDropped": 4}]
+
+    def mgmt_network_bridges(self):
+        return [dict(b) for b in self.bridges.values()]
+
+    def start_network_connector(self, name):
+        self.bridges[name]["state"] = "connecting"
+
+    def stop_network_connector(self, name):
+        self.bridges[name]["state"] = "stopped"
+
 
 @pytest.fixture
 def mgmt():
@@ -146,3 +165,18 @@ def test_get_operations(mgmt):
     ops = call(mgmt, "GET-OPERATIONS").body
     assert ops["org.apache.activemq.artemis.queue"] == ["QUERY", "READ", "CREATE", "DELETE", "PURGE"]
     assert "startBrokerConnection" in ops["org.apache.activemq.artemis.brokerConnection"]
+
+
+def test_network_bridges_and_their_start_stop(mgmt):
+    [row] = table(call(mgmt, "QUERY", entityType="networkBridge"))
+    assert row["identity"] == "a-to-b" and row["type"] == "org.apache.activemq.artemis.networkBridge"
+    assert row["demand"][0]["destination"] == "orders" and row["forwarded"] == 5
+    resp = call(mgmt, "stopNetworkConnector", name="a-to-b")
+    assert resp.status == 200 and resp.body["bridges"][0]["state"] == "stopped"
+    resp = call(mgmt, "startNetworkConnector", type="org.apache.activemq.artemis.networkBridge", name="a-to-b")
+    assert resp.body["bridges"][0]["state"] == "connecting"
+    assert call(mgmt, "stopNetworkConnector", name="nope").status == 404
+    [net] = table(call(mgmt, "QUERY", entityType="network"))
+    assert net["duplicatesDropped"] == 4 and net["identity"] == "a" and net["peers"] == ["b"]
+    types = {r["type"] for r in table(call(mgmt, "QUERY"))}
+    assert {"org.apache.activemq.artemis.network", "org.apache.activemq.artemis.networkBridge"} <= types
