@@ -22,7 +22,6 @@ from tools.mgmtclient import DEFAULT_TIMEOUT, ManagementClient, ManagementFailed
 from tools.security import Security, SecurityOptionError, add_security_options
 
 T = "org.apache.qpid.dispatch."
-ARTEMIS = "org.apache.activemq.artemis."
 INDENT = "  "
 COLUMN_GAP = 2
 
@@ -416,33 +415,21 @@ def render_linkroutes(rows: list[dict], verbose: bool = False) -> list[Table] | 
     return [Table("Link Routes", headers, out)]
 
 
-QUEUE_ATTRS = ["name", "address", "routingType", "durable", "messageCount", "pagedMessageCount", "consumerCount",
-               "deliveredCount", "acknowledgedCount", "deadLetteredCount", "temporary"]
-BROKER_CONNECTION_ATTRS = ["name", "uri", "status", "links"]
+def render_broker(queues: list[dict], connections: list[dict], verbose: bool = False, **network) -> list[Table]:
+    """``--broker``'s tables (tools/tdstatbroker.py, which uses this module's layout)."""
+    from tools.tdstatbroker import render_broker as render
 
-
-def render_broker(queues: list[dict], connections: list[dict], verbose: bool = False) -> list[Table]:
-    """Queues (dynamic reply queues, tdstat's own included, only with -v) and broker connections."""
-    queues = [q for q in queues if verbose or not q.get("temporary")]
-    q_rows = [[q.get("name"), q.get("address"), q.get("routingType"), "yes" if q.get("durable") else "no",
-               q.get("messageCount"), q.get("pagedMessageCount") or 0, q.get("consumerCount"),
-               q.get("deliveredCount"), q.get("acknowledgedCount"), q.get("deadLetteredCount")]
-              for q in sorted(queues, key=lambda q: str(q.get("name")))]
-    c_rows = [[c.get("name"), c.get("uri"), c.get("status"), c.get("links")]
-              for c in sorted(connections, key=lambda c: str(c.get("name")))]
-    return [Table("Queues", ["name", "address", "routing", "durable", "messages", "paged", "consumers",
-                             "delivered", "acked", "dead-lettered"], q_rows),
-            Table("\nBroker Connections", ["name", "uri", "status", "links"], c_rows)]
+    return render(queues, connections, verbose, **network)
 
 
 def render_lines(parts, csv: bool = False) -> list[str]:
     out: list[str] = []
     for part in parts:
-        if isinstance(part, Table):
+        if isinstance(part, str):
+            out.append(part)
+        else:  # a Table (under ``python -m tools.tdstat``, tools/tdstatbroker.py's come from a second copy)
             lines = part.lines(csv)
             out.extend(x for line in lines for x in line.split("\n"))
-        else:
-            out.append(part)
     return out
 
 
@@ -506,13 +493,15 @@ def run(opts, out=sys.stdout) -> int:
     with ManagementClient(opts.bus, timeout=opts.timeout, router_id=opts.router,
                           security=getattr(opts, "security", None)) as client:
         if opts.view == "broker":
-            queues = client.query(ARTEMIS + "queue", QUEUE_ATTRS, limit=opts.limit)
-            conns = client.query(ARTEMIS + "brokerConnection", BROKER_CONNECTION_ATTRS, limit=opts.limit)
+            from tools.tdstatbroker import fetch_broker
+
+            data = fetch_broker(client, opts.limit)
             if opts.json:
-                print(json.dumps({"queues": queues, "brokerConnections": conns}, indent=2), file=out)
+                print(json.dumps(data, indent=2), file=out)
                 return 0
-            lines = header(now, f"broker {opts.bus}") + render_lines(render_broker(queues, conns, opts.verbose),
-                                                                     opts.csv)
+            parts = render_broker(data["queues"], data["brokerConnections"], opts.verbose,
+                                  network=data["network"], bridges=data["networkBridges"])
+            lines = header(now, f"broker {opts.bus}") + render_lines(parts, opts.csv)
             print("\n".join(lines), file=out)
             return 0
         if opts.all_routers:
@@ -554,7 +543,7 @@ def parser() -> argparse.ArgumentParser:
                               (("--vhostgroups",), "vhostgroups", "vhost user groups"),
                               (("--vhoststats",), "vhoststats", "vhost statistics"),
                               (("-e", "--edge"), "edge", "edge router connections"),
-                              (("--broker",), "broker", "a tdbroker's queues and broker connections")):
+                              (("--broker",), "broker", "a tdbroker's queues, broker connections and network bridges")):
         views.add_argument(*flags, dest="view", action="store_const", const=view, help=f"show {text}")
     p.add_argument("-b", "--bus", default="127.0.0.1:5672",
                    help="host:port or amqp[s]://host:port of the router or broker")
