@@ -20,6 +20,9 @@ router.
 ``test`` in both directions to it: links, not messages, are proxied, and the broker's queue stores the
 messages until a consumer's link arrives.
 
+``tddemo network``: two tdbrokers, A with a duplex network connector to B (docs/networks.md); messages sent
+on A follow a consumer to B, and back to A when the consumer moves there (tools/demonet.py).
+
 The clients use proton's reactor API (one Container, timers for the narration): a demo is about
 behaviour, not speed.
 
@@ -500,6 +503,20 @@ def linkroute(count: int, records: str | None, reject_every: int) -> None:
             time.sleep(0.5)  # the router's connector reaches the broker
             _store_then_drain(f"amqp://127.0.0.1:{router.port}", "test.queue", count, records, reject_every)
     say("done", "linkroute: the clients' links were proxied to the broker's queue")
+
+
+@main.command()
+@click.option("--count", default=20, show_default=True, help="Messages to send (half are consumed on each broker).")
+def network(count: int) -> None:
+    """Two brokers in a network: messages follow a consumer from one broker to the other and back."""
+    from tools.demonet import DemoFailed, NetworkDemo
+
+    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp:
+        try:
+            NetworkDemo(tmp, count, say=say, daemon=Daemon).run()
+        except DemoFailed as exc:
+            raise click.ClickException(f"network: {exc}") from None
+    say("done", "network: the messages went where the consumer was, each exactly once")
 
 
 if __name__ == "__main__":
