@@ -334,7 +334,6 @@ class Bridge:
         if NET_ID_ANNOTATION not in have:
             entries[NET_ID_ANNOTATION] = self.network.net_id(demand.queue.name, msg)
         demand.forwarded += 1
-        demand.window_count += 1
         self.forwarded += 1
         return set_annotations(payload, entries)
 

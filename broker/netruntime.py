@@ -185,7 +185,8 @@ class NetworkConnectorTask:
         i = 0
         while True:
             while not ctl.wanted:
-                ctl.status = STOPPED
+                if ctl.status != FAILED:
+                    ctl.status = STOPPED
                 await ctl.changed.wait()
                 ctl.changed = trio.Event()
             target = ctl.targets[i % len(ctl.targets)]

@@ -433,6 +433,7 @@ class Network:
         if demand.window_count >= policy.rate_limit:
             self._wake(demand.window_start + policy.rate_duration_ms, demand.queue.name)
             return False
+        demand.window_count += 1  # a yes hands the message to this demand (Queue._pick)
         return True
 
     def _wake(self, at: int, queue_name: str) -> None:

@@ -475,22 +475,27 @@ class Queue:
 
     def _pick(self, msg: QueuedMessage) -> _Consumer | None:
         """The next consumer in turn with credit that has not refused ``msg`` and accepts it, of the
-        highest priority among those; moves it to the back."""
+        highest priority among those; moves it to the back. ``accepts`` is asked in that order and only
+        until one says yes, so a yes means the message goes to it (a rate limit may count it)."""
         excluded = msg.excluded
-        best = None
-        best_i = -1
-        for i, cid in enumerate(self._rr):
-            c = self._consumers[cid]
-            if c.credit > 0 and (excluded is None or cid not in excluded) and (
-                    c.accepts is None or c.accepts(msg)):
-                if best is None or c.priority > best.priority:
-                    best, best_i = c, i
-                    if not self._ranked:
-                        break
-        if best is not None:
-            del self._rr[best_i]
-            self._rr.append(best.id)
-        return best
+        if not self._ranked:
+            for i, cid in enumerate(self._rr):
+                c = self._consumers[cid]
+                if c.credit > 0 and (excluded is None or cid not in excluded) and (
+                        c.accepts is None or c.accepts(msg)):
+                    del self._rr[i]
+                    self._rr.append(cid)
+                    return c
+            return None
+        ready = [(i, self._consumers[cid]) for i, cid in enumerate(self._rr)
+                 if self._consumers[cid].credit > 0 and (excluded is None or cid not in excluded)]
+        ready.sort(key=lambda item: -item[1].priority)  # stable: round robin order within a priority
+        for i, c in ready:
+            if c.accepts is None or c.accepts(msg):
+                del self._rr[i]
+                self._rr.append(c.id)
+                return c
+        return None
 
     def next_deliveries(self, now_ms: int) -> list[tuple[object, int, QueuedMessage]]:
         """Hand ready messages to consumers with credit, in queue order, round robin among those
