@@ -86,7 +86,9 @@ def test_tdstat_shows_the_bridge_and_management_stops_and_starts_it(a_to_b):
         producer = BlockingConnection(url_a, timeout=TIMEOUT)
         try:
             rx = consumer.create_receiver("orders", credit=10)
-            wait_for(lambda: mgmt_a.query(BRIDGE, ["demand"])[0]["demand"], "A to learn of the consumer on B")
+            # (the management clients' reply queues on B are consumers too: A has demand for them as well)
+            wait_for(lambda: any(d["destination"] == "orders" for d in mgmt_a.query(BRIDGE, ["demand"])[0]["demand"]),
+                     "A to learn of the consumer of orders on B")
             tx = producer.create_sender("orders")
             for i in range(5):
                 tx.send(Message(id=f"m{i}", body=i))
