@@ -74,7 +74,7 @@ class Demand:
     network consumer that does it."""
 
     __slots__ = ("bridge", "key", "kind", "destination", "consumers", "path", "priority", "link", "queue",
-                 "static", "forwarded", "window_start", "window_count", "selectors")
+                 "static", "forwarded", "window_start", "window_count", "selectors", "owns_queue", "origins")
 
     def __init__(self, bridge: Bridge, kind: str, destination: str, path: list, priority: int, static: bool):
         self.bridge = bridge
@@ -91,6 +91,14 @@ class Demand:
         self.window_start = 0                   # rateLimit window (ms) and messages sent in it
         self.window_count = 0
         self.selectors = None                   # selectors the demand applies here (None: everything)
+        self.owns_queue = False                 # the queue was made for it (a remote temporary queue)
+        self.origins: dict[str, set] = {}       # advised consumer id -> the original consumers it stands for
+
+    def all_origins(self) -> set:
+        out = set()
+        for o in self.origins.values():
+            out |= o
+        return out
 
     def describe(self) -> dict:
         return {"kind": self.kind, "destination": self.destination, "consumers": len(self.consumers),
@@ -186,6 +194,13 @@ class Bridge:
             return
         if a.get("offline") and c.dynamic_only:
             return  # an inactive durable subscription creates demand only when not dynamicOnly
+        origins = {str(o) for o in a.get("origins") or () if isinstance(o, str)} or {f"{self.remote_id}/{cid}"}
+        suppress = (c.suppress_duplicate_queue_subscriptions if kind == QUEUE
+                    else c.suppress_duplicate_topic_subscriptions)
+        if suppress and path and self.network.served(kind, dest, origins, len(path) + 1):
+            # ActiveMQ's suppressDuplicate*Subscriptions: in a cyclic network the same consumer is advised
+            # again through an intermediary; a demand no shorter than one we have already is not made.
+            return
         selector = None
         text = a.get("selector")
         if isinstance(text, str) and text:
@@ -197,10 +212,12 @@ class Bridge:
         demand = self.demands.get(key)
         if demand is None:
             demand = self._open(kind, dest, key, path + [self.remote_id], self._priority(path), static=False,
-                                selector=None if c.conduit_subscriptions else selector)
+                                selector=None if c.conduit_subscriptions else selector,
+                                temporary=bool(a.get("temporary")))
             if demand is None:
                 return
         demand.consumers[cid] = selector
+        demand.origins[cid] = origins
         self.by_consumer[cid] = demand.key
         self._refresh_selectors(demand)
 
@@ -210,6 +227,7 @@ class Bridge:
         if demand is None:
             return
         demand.consumers.pop(cid, None)
+        demand.origins.pop(cid, None)
         if demand.consumers or demand.static:
             self._refresh_selectors(demand)
             return
@@ -234,13 +252,19 @@ class Bridge:
             demand.selectors = None
 
     # -- demands -----------------------------------------------------------------------------------------
-    def _open(self, kind: str, dest: str, key, path: list, priority: int, *, static: bool, selector) -> Demand | None:
+    def _open(self, kind: str, dest: str, key, path: list, priority: int, *, static: bool, selector,
+              temporary: bool = False) -> Demand | None:
         broker = self.broker
         addressing = broker.addressing
         key = key or (kind, dest)
         demand = Demand(self, kind, dest, path, priority, static)
         demand.key = key
-        if kind == QUEUE:
+        if kind == QUEUE and temporary and dest not in addressing.queues:
+            # bridgeTempDestinations: a reply sent here to the remote's temporary queue is forwarded to it;
+            # the queue lives here only while the demand does
+            q = addressing.add_queue(dest, dest, durable=False, temporary=True)
+            demand.owns_queue = True
+        elif kind == QUEUE:
             q = addressing.lookup_queue(dest)
             if q is None:
                 log.warning("network bridge %s: no queue %s here (auto-create is off); demand from %s ignored",
@@ -271,7 +295,7 @@ class Bridge:
 
     def _drop(self, demand: Demand) -> None:
         q = demand.queue
-        if demand.kind == TOPIC and q is not None and q.name in self.broker.addressing.queues:
+        if (demand.kind == TOPIC or demand.owns_queue) and q is not None and q.name in self.broker.addressing.queues:
             self.broker.remove_queue(q.name, "network demand gone")
         log.info("network bridge %s: no demand for %s %s from %s any more", self.connector.name, demand.kind,
                  demand.destination, self.remote_name)

@@ -277,6 +277,10 @@ class Network:
             advice = self._advice(consumer)
             if advice is not None:
                 adv.pending.append(_encode(advice))
+        for name in self._offline_subscriptions():
+            advice = self._offline_advice(name)
+            if advice is not None:
+                adv.pending.append(_encode(advice))
         self._flush(adv)
 
     def unbind(self, bl: BrokerLink) -> None:
@@ -294,8 +298,47 @@ class Network:
                 del self.local_consumers[q.name]
         if not self._advertisers:
             return
-        advice = self._advice(bl) if added else {"op": "remove", "id": str(bl.consumer_id)}
-        if advice is None:
+        durable_sub = bl.durable_sub and bl.demand is None
+        if added:
+            if durable_sub:
+                self._broadcast({"op": "remove", "id": f"durable:{q.name}"})
+            self._broadcast(self._advice(bl))
+        else:
+            self._broadcast({"op": "remove", "id": str(bl.consumer_id)})
+            if durable_sub:
+                self._broadcast(self._offline_advice(q.name))
+
+    def _advice(self, bl: BrokerLink) -> dict | None:
+        info = self.broker.addressing.queue_info.get(bl.queue.name)
+        if info is None or bl.consumer_id is None:
+            return None
+        kind = TOPIC if info.routing_type == MULTICAST else QUEUE
+        demand = bl.demand
+        origins = sorted(demand.all_origins()) if demand is not None else [f"{self.broker_id}/{bl.consumer_id}"]
+        return {"op": "add", "id": str(bl.consumer_id), "kind": kind,
+                "destination": info.address if kind == TOPIC else bl.queue.name,
+                "selector": bl.selector or "", "path": list(demand.path) if demand is not None else [],
+                "priority": bl.priority, "temporary": bool(info.temporary and kind == QUEUE),
+                "origins": origins, "broker": self.name}
+
+    def _offline_advice(self, qname: str) -> dict | None:
+        """A durable subscription with no subscriber attached: demand for its topic unless the bridge is
+        dynamicOnly (ActiveMQ forwards to inactive durable subscriptions by default)."""
+        info = self.broker.addressing.queue_info.get(qname)
+        if info is None or info.routing_type != MULTICAST or info.temporary or not info.durable:
+            return None
+        return {"op": "add", "id": f"durable:{qname}", "kind": TOPIC, "destination": info.address,
+                "selector": info.selector.text if info.selector is not None else "", "path": [], "priority": 0,
+                "temporary": False, "offline": True, "origins": [f"{self.broker_id}/durable:{qname}"],
+                "broker": self.name}
+
+    def _offline_subscriptions(self) -> list[str]:
+        busy = {bl.queue.name for bl in self.broker.delivery.consumers.values() if bl.queue is not None}
+        return [name for name, info in self.broker.addressing.queue_info.items()
+                if info.routing_type == MULTICAST and not info.temporary and info.durable and name not in busy]
+
+    def _broadcast(self, advice: dict | None) -> None:
+        if advice is None or not self._advertisers:
             return
         payload = _encode(advice)
         for adv in list(self._advertisers.values()):
@@ -307,16 +350,9 @@ class Network:
             adv.pending.append(payload)
             self._flush(adv)
 
-    def _advice(self, bl: BrokerLink) -> dict | None:
-        info = self.broker.addressing.queue_info.get(bl.queue.name)
-        if info is None or bl.consumer_id is None:
-            return None
-        kind = TOPIC if info.routing_type == MULTICAST else QUEUE
-        return {"op": "add", "id": str(bl.consumer_id), "kind": kind,
-                "destination": info.address if kind == TOPIC else bl.queue.name,
-                "selector": bl.selector or "", "path": list(bl.demand.path) if bl.demand is not None else [],
-                "priority": bl.priority, "temporary": bool(info.temporary and kind == QUEUE),
-                "broker": self.name}
+    def queue_removed(self, name: str) -> None:
+        """A queue went (Broker.remove_queue): an inactive durable subscription's demand goes with it."""
+        self._broadcast({"op": "remove", "id": f"durable:{name}"})
 
     def _flush(self, adv: _Advertiser) -> None:
         bl = adv.link
@@ -460,6 +496,15 @@ class Network:
                 n += 1
         return n
 
+    def served(self, kind: str, dest: str, origins: set, hops: int) -> bool:
+        """Whether a demand of any bridge already stands for all of ``origins`` on ``dest`` at no more
+        than ``hops`` brokers away (suppressDuplicate*Subscriptions)."""
+        for bridge in self.bridges:
+            for d in bridge.demands.values():
+                if d.kind == kind and d.destination == dest and len(d.path) <= hops and origins <= d.all_origins():
+                    return True
+        return False
+
     # -- management ----------------------------------------------------------------------------------------
     def mgmt_bridges(self) -> list[dict]:
         """Every bridge, ours (one row per connector target, connected or not) and duplex halves."""
@@ -469,8 +514,8 @@ class Network:
         for bridge in self.bridges:
             if bridge.direction == "duplex":
                 rows.append({"name": bridge.connector.name, "remote": bridge.engine.remote_host,
-                             "direction": "duplex (remote's)", "duplex": True, "state": "connected",
-                             "reconnectAttempts": 0, **bridge.describe()})
+                             "duplex": True, "state": "connected", "reconnectAttempts": 0,
+                             **bridge.describe(), "direction": "duplex (remote's)"})
         return rows
 
 

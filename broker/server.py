@@ -443,6 +443,7 @@ class Broker(ConnectionHandler):
         """Forget a queue: detach the links bound to it, journal the removal of its durable messages.
         Returns how many messages it held."""
         q, _info = self.addressing.forget_queue(name)
+        self.network.queue_removed(name)
         unbind = self._unbind
         for bc in list(self.connections):
             for lp, bl in list(bc.links.items()):

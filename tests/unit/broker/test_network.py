@@ -13,7 +13,7 @@ from broker.config import parse_broker_config
 from broker.netbridge import NET_ID_ANNOTATION, PATH_ANNOTATION
 from broker.netconfig import NetworkConnector, NetworkTarget, ReconnectSettings
 from broker.server import Broker
-from tests.unit.enginepair import Pipe, RouterHarness, pump
+from tests.unit.enginepair import Peer, Pipe, RouterHarness, pump
 
 XML = """<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
   <name>{name}</name><persistence-enabled>false</persistence-enabled>
@@ -410,3 +410,75 @@ async def test_a_connection_lost_soon_counts_as_a_failure_one_that_lasted_resets
         nursery.cancel_scope.cancel()
     ended = attempts[1] + lasted_ms / 1000
     assert round(attempts[2] - ended, 3) == next_gap
+
+
+def test_a_remote_temporary_queue_is_bridged_temporarily(tmp_path):
+    net = Net(tmp_path)
+    c = net.hb.connect()
+    rcv = c.session.receiver("reply")
+    rcv.source.dynamic = True
+    rcv.open()
+    rcv.flow(10)
+    c._track(rcv)
+    net.pump()
+    [temp] = [n for n, i in net.b.queue_info.items() if i.temporary]
+    assert net.a.queue_info[temp].temporary  # made for the demand, not durable
+    send(net, "a", temp, ["the reply"])
+    assert c.bodies(rcv) == ["the reply"]
+    rcv.close()
+    net.pump()
+    assert temp not in net.a.queues  # gone with the demand
+
+
+def durable_subscriber(net: Net, name: str):
+    c = net.hb.connect(peer=Peer(container=f"client-{name}"))
+    rcv = c.session.receiver(name)
+    rcv.source.address = "news"
+    rcv.source.durability = proton.Terminus.DELIVERIES
+    rcv.source.expiry_policy = proton.Terminus.EXPIRE_NEVER
+    rcv.source.capabilities.put_array(False, proton.Data.SYMBOL)
+    rcv.source.capabilities.enter()
+    rcv.source.capabilities.put_symbol("topic")
+    rcv.source.capabilities.exit()
+    rcv.open()
+    rcv.flow(10)
+    c._track(rcv)
+    net.pump()
+    return c, rcv
+
+
+@pytest.mark.parametrize("dynamic_only, forwarded", [(False, 1), (True, 0)])
+def test_an_inactive_durable_subscription_has_demand_unless_dynamic_only(tmp_path, dynamic_only, forwarded):
+    connector = NetworkConnector(name="a-b", targets=[NetworkTarget("tcp", "b", 1)], dynamic_only=dynamic_only)
+    net = Net(tmp_path, connector)
+    c, rcv = durable_subscriber(net, "sub1")
+    assert [d.kind for d in net.bridge.demands.values()] == ["topic"]
+    rcv.detach()  # the subscriber goes away; its durable subscription stays on B
+    net.pump()
+    assert len(net.bridge.demands) == (0 if dynamic_only else 1)
+    p = net.ha.connect()
+    s = p.session.sender("pub")
+    s.target.address = "news"
+    s.target.capabilities.put_array(False, proton.Data.SYMBOL)
+    s.target.capabilities.enter()
+    s.target.capabilities.put_symbol("topic")
+    s.target.capabilities.exit()
+    s.open()
+    net.pump()
+    p.send(s, body="while away")
+    net.pump()
+    [sub] = [n for n, i in net.b.queue_info.items() if i.address == "news" and i.durable]
+    assert net.b.queues[sub].message_count == forwarded
+
+
+def test_suppress_duplicate_subscriptions_ignores_a_longer_path_to_a_consumer_already_served(tmp_path):
+    connector = NetworkConnector(name="a-b", targets=[NetworkTarget("tcp", "b", 1)], consumer_ttl=3,
+                                 suppress_duplicate_queue_subscriptions=True)
+    net = Net(tmp_path, connector)
+    net.bridge.on_advisory({"op": "add", "id": "1", "kind": "queue", "destination": "q", "path": [],
+                            "origins": ["C/7"]})
+    net.bridge.on_advisory({"op": "add", "id": "2", "kind": "queue", "destination": "q", "path": ["X"],
+                            "origins": ["C/7"]})
+    net.pump()
+    [demand] = net.bridge.demands.values()
+    assert list(demand.consumers) == ["1"]
