@@ -340,11 +340,15 @@ def format_report(rep: dict) -> str:
 @click.option("--records", type=click.Path(file_okay=False),
               help="Write client flow records (sent/received/settled, one message-id each) into this directory "
                    "for tdflow; slower, so not a throughput figure.")
+@click.option("--network", is_flag=True,
+              help="Across one network bridge: senders on tdbroker A, receivers on tdbroker B (A's "
+                   "networkConnector forwards), durable and not, beside the same loads on one broker.")
 @click.option("--hops", default=0, show_default=True, type=click.IntRange(0, MAX_HOPS),
               help="Through a line of HOPS+1 interior routers (senders on the first, receivers on the "
                    "last); router CPU is the sum over all of them.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
-         direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, hops, security_opts) -> None:
+         direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, network, hops,
+         security_opts) -> None:
     """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run.
 
     TLS (an amqps:// --router or any --ssl-* option) and SASL (--sasl-*) apply to the connections to the
@@ -366,6 +370,21 @@ def main(senders, receivers, messages, size, presettled, window, address, router
         raise click.UsageError("--rabbitmq goes with --brokered")
     if hops and (router_config or router_url or brokered):
         raise click.UsageError("--hops starts its own routers: not with --router, --router-config or --brokered")
+    if network:
+        if secured or brokered or hops or router_config or router_url:
+            raise click.UsageError("--network starts its own two brokers: not with other run kinds or TLS/SASL")
+        from tools.benchnet import NETWORK_MESSAGES, format_network, run_network
+
+        n = messages if click.get_current_context().get_parameter_source("messages").name != "DEFAULT" \
+            else NETWORK_MESSAGES
+        try:
+            rep = run_network(messages=n, size=size, window=window, senders=senders, receivers=receivers,
+                              duration_limit=duration_limit)
+        except BenchError as exc:
+            click.echo(f"tdbench: {exc}", err=True)
+            sys.exit(2)
+        click.echo(json.dumps(rep) if as_json else format_network(rep))
+        sys.exit(0 if rep["ok"] else 1)
     if brokered:
         n = messages if click.get_current_context().get_parameter_source("messages").name != "DEFAULT" \
             else BROKERED_MESSAGES
