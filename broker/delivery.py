@@ -32,6 +32,7 @@ from broker.links import BrokerLink
 from broker.queue import ACCEPTED, MODIFIED, REJECTED, RELEASED, Queue, QueuedMessage
 from broker.storage import Storage
 from wire import assembly, codec, raw
+from wire.header import read_header
 from wire.validate import validate_message
 
 log = logging.getLogger("broker.server")
@@ -389,7 +390,9 @@ class DeliveryPath:
                 bl.seq += 1
                 if rec is not None:
                     self._record(rec, "deliver", msg.payload, address=info[q.name].address, link=bl.name)
-                if bl.presettled:
+                if bl.presettled or (bl.demand is not None and bl.demand.async_send
+                                     and not read_header(msg.payload).durable):
+                    # a network bridge without alwaysSyncSend: a non-persistent message is not confirmed
                     raw.delivery_settle(d)
                     q.settle(token, ACCEPTED)
                     if msg.record_id is not None and journal is not None:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import proton
 
 from broker.addressing import ANYCAST, MULTICAST
-from broker.netconfig import NetworkConnector, policy_for
+from broker.netconfig import NetworkConnector
 from broker.selector import SelectorError, message_lookup
 from broker.selector import parse as parse_selector
 from wire import raw
@@ -74,7 +74,8 @@ class Demand:
     network consumer that does it."""
 
     __slots__ = ("bridge", "key", "kind", "destination", "consumers", "path", "priority", "link", "queue",
-                 "static", "forwarded", "window_start", "window_count", "selectors", "owns_queue", "origins")
+                 "static", "forwarded", "window_start", "window_count", "selectors", "owns_queue", "origins",
+                 "async_send")
 
     def __init__(self, bridge: Bridge, kind: str, destination: str, path: list, priority: int, static: bool):
         self.bridge = bridge
@@ -91,6 +92,7 @@ class Demand:
         self.window_start = 0                   # rateLimit window (ms) and messages sent in it
         self.window_count = 0
         self.selectors = None                   # selectors the demand applies here (None: everything)
+        self.async_send = not bridge.connector.always_sync_send  # non-persistent ones go pre-settled
         self.owns_queue = False                 # the queue was made for it (a remote temporary queue)
         self.origins: dict[str, set] = {}       # advised consumer id -> the original consumers it stands for
 
@@ -237,17 +239,11 @@ class Bridge:
         self._drop(demand)
 
     def _refresh_selectors(self, demand: Demand) -> None:
-        """Which selectors this side evaluates: without conduit, the one consumer's; with conduit and the
-        policy's selectorAware, any of the remote consumers'; otherwise none (the remote evaluates)."""
-        c = self.connector
-        if not c.conduit_subscriptions:
+        """Which selectors this side evaluates: without conduit, the one consumer's; with conduit none (the
+        remote broker evaluates, as ActiveMQ's ConduitBridge clears them)."""
+        if not self.connector.conduit_subscriptions:
             sels = list(demand.consumers.values())
             demand.selectors = None if not sels or any(s is None for s in sels) else sels
-            return
-        policy = policy_for(self.network.policies, demand.kind, demand.destination)
-        if policy is not None and policy.selector_aware and demand.consumers and not demand.static:
-            sels = list(demand.consumers.values())
-            demand.selectors = None if any(s is None for s in sels) else sels
         else:
             demand.selectors = None
 

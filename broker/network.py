@@ -23,6 +23,7 @@ rediscover are :mod:`broker.netruntime`). It owns:
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 import logging
 import os
@@ -36,6 +37,8 @@ from broker.addressing import MULTICAST
 from broker.links import BrokerLink
 from broker.netbridge import NET_ID_ANNOTATION, TOPIC, QUEUE, Bridge, Demand
 from broker.netconfig import NetworkConnector, policy_for
+from broker.selector import message_lookup
+from broker.selector import parse as parse_selector
 from wire import raw
 from wire.amqptypes import CodecError
 from wire.assembly import KEEP
@@ -451,13 +454,33 @@ class Network:
         policy = self._policy(demand)
         if policy is None or not policy.replay_when_no_consumers or demand.queue is None:
             return False
-        if self.local_consumers.get(demand.queue.name, 0) > 0:
+        if self.local_consumers.get(demand.queue.name, 0) > 0 and self._local_consumer_wants(demand, msg, policy):
             return False
         due = msg.enqueued_at + policy.replay_delay_ms
         if self.broker.clock() < due:
             self._wake(due, demand.queue.name)
             return False
         return True
+
+    def _local_consumer_wants(self, demand: Demand, msg, policy) -> bool:
+        """Whether a client consumer here blocks the replay: any does, or with selectorAware only one whose
+        selector selects the message."""
+        if not policy.selector_aware:
+            return True
+        lookup = None
+        for bl in self.broker.delivery.consumers.values():
+            if bl.queue is not demand.queue or bl.demand is not None:
+                continue
+            if not bl.selector:
+                return True
+            try:
+                if lookup is None:
+                    lookup = message_lookup(msg.payload)
+                if _parsed_selector(bl.selector).matches(lookup):
+                    return True
+            except (CodecError, ValueError):
+                continue
+        return False
 
     def rate_ok(self, demand: Demand) -> bool:
         policy = self._policy(demand)
@@ -517,6 +540,10 @@ class Network:
                              "duplex": True, "state": "connected", "reconnectAttempts": 0,
                              **bridge.describe(), "direction": "duplex (remote's)"})
         return rows
+
+
+#: Parsed local selectors for selectorAware replays (a consumer's selector text is fixed for its life).
+_parsed_selector = functools.lru_cache(maxsize=1024)(parse_selector)
 
 
 def _encode(advice: dict) -> bytes:

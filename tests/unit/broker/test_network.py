@@ -482,3 +482,34 @@ def test_suppress_duplicate_subscriptions_ignores_a_longer_path_to_a_consumer_al
     net.pump()
     [demand] = net.bridge.demands.values()
     assert list(demand.consumers) == ["1"]
+
+
+def test_without_always_sync_send_non_persistent_messages_go_presettled(tmp_path):
+    connector = NetworkConnector(name="a-b", targets=[NetworkTarget("tcp", "b", 1)], always_sync_send=False)
+    net = Net(tmp_path, connector)
+    consumer(net, "b", "q")
+    net.pipe.cut()  # B's confirmations never come back
+    send(net, "a", "q", ["fast"])
+    send(net, "a", "q", ["safe"], durable=True)
+    # the non-persistent one left A acknowledged at once; the persistent one waits for B
+    q = net.a.queues["q"]
+    assert (q.messages_acknowledged, q.delivering_count) == (1, 1)
+
+
+SELECTOR_AWARE_POLICY = REPLAY_POLICY.replace('replayDelay="500"', 'replayDelay="0" selectorAware="true"')
+
+
+@pytest.mark.parametrize("policy, replayed", [(REPLAY_POLICY.replace('replayDelay="500"', 'replayDelay="0"'), False),
+                                               (SELECTOR_AWARE_POLICY, True)])
+def test_selector_aware_replay_ignores_local_consumers_that_do_not_want_the_message(tmp_path, policy, replayed):
+    from proton.reactor import Selector
+
+    net = Net(tmp_path, extra_a=policy)
+    cb, rb = consumer(net, "b", "q")
+    ca = net.ha.connect()
+    ra = ca.receiver("q", credit=10)
+    Selector("color = 'red'").apply(ra)
+    net.pump()
+    send(net, "a", "q", ["blue, came from B"], properties={"color": "blue"},
+         annotations={proton.symbol(PATH_ANNOTATION): [net.b.network.broker_id]})
+    assert cb.bodies(rb) == (["blue, came from B"] if replayed else [])
