@@ -70,9 +70,9 @@ MAX_PREFETCH = 100_000
 
 
 def load_broker_id(cfg, name: str) -> str:
-    """This broker's network id: kept in the journal directory when there is one (stable across restarts),
-    else new for this process."""
-    directory = getattr(cfg, "journal_directory", None)
+    """This broker's network id: kept in the journal directory when the broker persists (stable across
+    restarts, like the messages whose broker paths name it), else new for this process."""
+    directory = getattr(cfg, "journal_directory", None) if getattr(cfg, "persistence_enabled", True) else None
     path = os.path.join(directory, BROKER_ID_FILE) if directory else None
     if path and os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -203,7 +203,8 @@ class Network:
             return
         if remote_id == self.broker_id:
             engine.close("amqp:precondition-failed", "a network connector reached its own broker")
-            log.warning("network connector %s reached this broker itself; closing", connector.name)
+            log.warning("network connector %s reached a broker with this broker's network id %s: itself, or a "
+                        "broker sharing its journal directory; closing", connector.name, self.broker_id)
             control.note_error("connected to itself")
             return
         self._note_peer(engine, props)
