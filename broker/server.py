@@ -478,7 +478,10 @@ class Broker(ConnectionHandler):
         self.connections.discard(bc)  # first: a queue removed below must not try to detach links here
         self.network.connection_closed(engine)
         for bl in list(bc.links.values()):
-            self._unbind(bl, failed=True)
+            # A network consumer's unconfirmed forwards are not failed attempts: the remote broker either
+            # has them (a resend is dropped as a duplicate) or never got them; counting them would
+            # dead-letter messages after enough reconnects of a bridge.
+            self._unbind(bl, failed=bl.demand is None)
             self._drop_owned(bl, False, connection_gone=True)
         bc.links.clear()
         for name in bc.kept_queues:  # their links closed without deleteNonDurableQueue

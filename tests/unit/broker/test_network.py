@@ -513,3 +513,16 @@ def test_selector_aware_replay_ignores_local_consumers_that_do_not_want_the_mess
     send(net, "a", "q", ["blue, came from B"], properties={"color": "blue"},
          annotations={proton.symbol(PATH_ANNOTATION): [net.b.network.broker_id]})
     assert cb.bodies(rb) == (["blue, came from B"] if replayed else [])
+
+
+def test_a_dropped_bridge_does_not_count_its_unconfirmed_forwards_as_failed_attempts(tmp_path):
+    net = Net(tmp_path)
+    consumer(net, "b", "q")
+    net.pipe.cut()
+    send(net, "a", "q", ["in flight"])
+    q = net.a.queues["q"]
+    assert q.delivering_count == 1
+    net.ea.abort()
+    net.pump()
+    [msg] = q.ready()
+    assert msg.delivery_count == 0
