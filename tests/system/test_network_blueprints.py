@@ -192,6 +192,9 @@ def test_hub_and_spoke(blueprint):
     wait_consumers(net["spoke-1"], "orders", 1)
     wait_consumers(net["spoke-1"], "news", 1)
     wait_consumers(net["hub"], "orders", 2)        # a network consumer towards each of spoke-3, spoke-4
+    # a topic message reaches only the subscriptions that exist when it arrives: the hub's own subscriber
+    # and one network subscription towards each of spoke-2 and spoke-4 must be there before publishing
+    wait_consumers(net["hub"], "news", 3)
     _send(net["spoke-1"], "orders", range(40))
     _send(net["spoke-1"], "news", [f"n{i}" for i in range(10)])
     _wait_received(queue_consumers, 40)
@@ -234,6 +237,8 @@ def test_cross_region(blueprint):
     subscribers = [c for name in ("east-1", "east-2", "west-1") for c in _consumers(net[name], "news", 1)]
     wait_consumers(net["east-2"], "orders", 1)     # demand crossed west-1, east-1
     wait_consumers(net["west-2"], "news", 1)       # one conduit subscription towards west-1
+    wait_consumers(net["west-1"], "news", 2)       # west-1's subscriber, a conduit subscription towards east-1
+    wait_consumers(net["east-1"], "news", 3)       # its subscriber, network subscriptions towards east-2, west-1
     _send(net["east-2"], "orders", range(30))
     _send(net["west-2"], "news", [f"n{i}" for i in range(10)])
     _wait_received(queue_consumer, 30)
