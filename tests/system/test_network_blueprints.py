@@ -26,6 +26,7 @@ from tests.system.netharness import (
     wait_consumers,
     wait_messages,
 )
+from tests.system.waiting import wait_for
 
 pytestmark = pytest.mark.system
 
@@ -137,7 +138,6 @@ def _send(broker, address: str, ids) -> None:
 
 
 def _wait_received(consumers, n: int) -> None:
-    from tests.system.waiting import wait_for
     wait_for(lambda: sum(c.received() for c in consumers) >= n,
              f"{n} messages over {len(consumers)} consumers", TIMEOUT)
 
