@@ -63,6 +63,10 @@ BLUEPRINTS_DIR = pathlib.Path(__file__).resolve().parents[2] / "conf" / "network
 #: never more than 1 s apart, so that a peer restarted by a test is found again quickly.
 FAST_RECONNECT = {"initialReconnectDelay": 100, "maxReconnectDelay": 1000}
 
+#: A management request's timeout: answers take milliseconds; a broker that dies during a request must fail
+#: the wait soon, not after the whole test timeout.
+MGMT_TIMEOUT = 10.0
+
 #: The OPEN property in which a broker lists the other brokers of its network (Artemis' name for it).
 FAILOVER_SERVER_LIST = "failover-server-list"
 
@@ -213,6 +217,7 @@ class NetBroker:
         self.conf = workdir / "broker.xml"
         self.journal = workdir / "journal"
         self.process: BrokerProcess | None = None
+        self.mgmt_timeout = MGMT_TIMEOUT
         self._mgmt: ManagementClient | None = None
 
     @property
@@ -251,7 +256,7 @@ class NetBroker:
         for attempt in (1, 2):
             try:
                 if self._mgmt is None:
-                    self._mgmt = ManagementClient(f"{HOST}:{self.port}", timeout=TIMEOUT)
+                    self._mgmt = ManagementClient(f"{HOST}:{self.port}", timeout=self.mgmt_timeout)
                 return self._mgmt.query(QUEUE_TYPE, ["name", "address", "consumerCount", "messageCount"])
             except Exception:  # a connection left over from before a restart: open a new one once
                 self._close_mgmt()
