@@ -74,7 +74,7 @@ class Demand:
     network consumer that does it."""
 
     __slots__ = ("bridge", "key", "kind", "destination", "consumers", "path", "priority", "link", "queue",
-                 "static", "forwarded", "window_start", "window_count", "selectors", "owns_queue", "origins",
+                 "static", "forwarded", "window_start", "window_count", "selectors", "temporary", "origins",
                  "async_send")
 
     def __init__(self, bridge: Bridge, kind: str, destination: str, path: list, priority: int, static: bool):
@@ -93,7 +93,7 @@ class Demand:
         self.window_count = 0
         self.selectors = None                   # selectors the demand applies here (None: everything)
         self.async_send = not bridge.connector.always_sync_send  # non-persistent ones go pre-settled
-        self.owns_queue = False                 # the queue was made for it (a remote temporary queue)
+        self.temporary = False                  # it stands for a remote temporary queue
         self.origins: dict[str, set] = {}       # advised consumer id -> the original consumers it stands for
 
     def all_origins(self) -> set:
@@ -255,11 +255,11 @@ class Bridge:
         key = key or (kind, dest)
         demand = Demand(self, kind, dest, path, priority, static)
         demand.key = key
+        demand.temporary = temporary
         if kind == QUEUE and temporary and dest not in addressing.queues:
             # bridgeTempDestinations: a reply sent here to the remote's temporary queue is forwarded to it;
-            # the queue lives here only while the demand does
+            # the queue lives here only while demands for it do (see _drop)
             q = addressing.add_queue(dest, dest, durable=False, temporary=True)
-            demand.owns_queue = True
         elif kind == QUEUE:
             q = addressing.lookup_queue(dest)
             if q is None:
@@ -291,8 +291,14 @@ class Bridge:
 
     def _drop(self, demand: Demand) -> None:
         q = demand.queue
-        if (demand.kind == TOPIC or demand.owns_queue) and q is not None and q.name in self.broker.addressing.queues:
-            self.broker.remove_queue(q.name, "network demand gone")
+        addressing = self.broker.addressing
+        if q is not None and q.name in addressing.queues and addressing.queues[q.name] is q:
+            # A topic demand's subscription is its own. A temporary queue made for remote temporary queues
+            # may serve several bridges' demands (bridgeTempDestinations ignores their destination lists):
+            # it goes with the last of them.
+            if demand.kind == TOPIC or (demand.temporary and addressing.queue_info[q.name].temporary
+                                        and q.consumer_count == 0):
+                self.broker.remove_queue(q.name, "network demand gone")
         log.info("network bridge %s: no demand for %s %s from %s any more", self.connector.name, demand.kind,
                  demand.destination, self.remote_name)
 

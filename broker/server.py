@@ -434,6 +434,13 @@ class Broker(ConnectionHandler):
     def detach_local(self, bl: BrokerLink, condition: str, description: str) -> None:
         """Detach a link the broker attached itself (a network consumer whose demand went): its consumer
         leaves the queue (what it had unsettled goes back) and the peer gets a detach with ``condition``."""
+        links = bl.engine.app.links
+        if links.get(bl.ptr) is bl:
+            # Wire frees a link we closed once the peer's detach comes, without telling us: forget it now,
+            # so nothing touches its pointer later (an outgoing link has no stray deliveries to answer).
+            del links[bl.ptr]
+        if bl.closed:
+            return  # closed already (its queue was removed): the link may be freed by now
         self._unbind(bl, failed=False)
         if not bl.engine.finished:
             bl.engine.close_link(bl.ptr, condition, description)
@@ -447,7 +454,8 @@ class Broker(ConnectionHandler):
         unbind = self._unbind
         for bc in list(self.connections):
             for lp, bl in list(bc.links.items()):
-                if bl.queue is q:
+                # a closed link may be freed already (wire frees what we closed when the peer detaches)
+                if bl.queue is q and not bl.closed:
                     unbind(bl, failed=False)
                     if not bl.engine.finished:
                         bl.engine.close_link(lp, "amqp:resource-deleted", f"queue {name} {reason}")

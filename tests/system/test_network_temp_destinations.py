@@ -17,9 +17,6 @@ from tests.system.waiting import wait_for
 pytestmark = pytest.mark.system
 
 
-@pytest.mark.xfail(strict=True, reason="tdbroker segfaults (SIGSEGV in wire/raw.py link_object from "
-                                       "server.remove_queue <- netbridge._drop) when the last of two bridges' "
-                                       "demands for a shared temporary queue goes; remove this mark with the fix")
 def test_two_bridges_share_a_remote_temporary_queue_and_both_demands_end(tmp_path):
     """A dials B twice ("one" conduit, "two" without conduit: one demand per consumer). A temporary queue
     on B with two consumers (its creator and one attached by name) is demand on both bridges; the
