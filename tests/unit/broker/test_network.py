@@ -526,3 +526,28 @@ def test_a_dropped_bridge_does_not_count_its_unconfirmed_forwards_as_failed_atte
     net.pump()
     [msg] = q.ready()
     assert msg.delivery_count == 0
+
+
+def test_static_bridge_forwards_its_static_destinations_without_any_consumer_or_advisory(tmp_path):
+    from broker.netconfig import DestinationFilter
+
+    connector = NetworkConnector(name="a-b", targets=[NetworkTarget("tcp", "b", 1)], static_bridge=True,
+                                 statically_included=[DestinationFilter("queue", "always")])
+    net = Net(tmp_path, connector)
+    assert net.bridge.advisory is None  # no advisory subscription at all
+    assert list(net.bridge.demands) == [("queue", "always")]
+    consumer(net, "b", "other")           # demand on B is not followed
+    assert list(net.bridge.demands) == [("queue", "always")]
+    send(net, "a", "always", ["x", "y"])
+    assert net.b.queues["always"].message_count == 2
+
+
+def test_dynamically_included_destinations_limit_demand(tmp_path):
+    from broker.netconfig import DestinationFilter
+
+    connector = NetworkConnector(name="a-b", targets=[NetworkTarget("tcp", "b", 1)],
+                                 dynamically_included=[DestinationFilter("queue", "orders.*")])
+    net = Net(tmp_path, connector)
+    consumer(net, "b", "orders.eu")
+    consumer(net, "b", "invoices")
+    assert list(net.bridge.demands) == [("queue", "orders.eu")]
