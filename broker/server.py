@@ -484,7 +484,6 @@ class Broker(ConnectionHandler):
     def on_connection_close(self, engine) -> None:
         bc = engine.app
         self.connections.discard(bc)  # first: a queue removed below must not try to detach links here
-        self.network.connection_closed(engine)
         for bl in list(bc.links.values()):
             # A network consumer's unconfirmed forwards are not failed attempts: the remote broker either
             # has them (a resend is dropped as a duplicate) or never got them; counting them would
@@ -492,6 +491,8 @@ class Broker(ConnectionHandler):
             self._unbind(bl, failed=bl.demand is None)
             self._drop_owned(bl, False, connection_gone=True)
         bc.links.clear()
+        # after the links: a bridge's temporary queues go once no network consumer is on them
+        self.network.connection_closed(engine)
         for name in bc.kept_queues:  # their links closed without deleteNonDurableQueue
             if name in self.addressing.queues:
                 self.remove_queue(name, "removed with its connection")

@@ -551,3 +551,19 @@ def test_dynamically_included_destinations_limit_demand(tmp_path):
     consumer(net, "b", "orders.eu")
     consumer(net, "b", "invoices")
     assert list(net.bridge.demands) == [("queue", "orders.eu")]
+
+
+def test_a_dropped_bridge_leaves_no_queue_it_made_for_a_remote_temporary_queue(tmp_path):
+    net = Net(tmp_path)
+    c = net.hb.connect()
+    rcv = c.session.receiver("reply")
+    rcv.source.dynamic = True
+    rcv.open()
+    rcv.flow(10)
+    net.pump()
+    [temp] = [n for n, i in net.b.queue_info.items() if i.temporary]
+    assert temp in net.a.queues
+    net.pipe.cut()
+    net.ea.abort()
+    net.pump()
+    assert temp not in net.a.queues and not net.a.network.bridges
