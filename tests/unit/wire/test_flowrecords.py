@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import time
 import uuid
@@ -151,10 +152,13 @@ def test_buffer_is_bounded(tmp_path, monkeypatch):
 
 
 async def _settle(rec, expected, tries=2000):
-    """Let the flush task and its worker thread finish (mock time does not move while we wait)."""
+    """Let the flush task and its worker thread finish (mock time does not move while we wait): until
+    ``expected`` records are written AND the flush task is back asleep -- its next deadline is set. The
+    worker thread counts a write before the task resumes; a clock jump before the task sleeps again would
+    move its next flush past the jump (seen under load)."""
     for _ in range(tries):
         await trio.testing.wait_all_tasks_blocked()
-        if rec.written >= expected:
+        if rec.written >= expected and math.isfinite(trio.lowlevel.current_statistics().seconds_to_next_deadline):
             return
         await trio.to_thread.run_sync(time.sleep, 0.001)
 
