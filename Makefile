@@ -13,6 +13,11 @@
 PYTHON      ?= python3
 NPM         ?= npm
 PYTEST_ARGS ?=
+# The suite runs on two pytest-xdist workers, a test file per worker at a time (module fixtures stay in one
+# process): the system tests spend most of their time waiting on daemons, and the budget is 10 minutes on
+# two cores. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+XDIST_ARGS  := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 VENV        := .venv
 VENV_STAMP  := $(VENV)/.installed
@@ -49,7 +54,7 @@ run: $(VENV_STAMP)
 # pytest exits 5 when it ran no tests; that must fail the build, not pass it.
 test: $(VENV_STAMP) $(RHEA_STAMP)
 	@status=0; \
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) || status=$$?; \
+	$(VENV)/bin/python -m pytest $(XDIST_ARGS) $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then \
 		echo "make test: FAILED - pytest ran no tests (exit status 5)" >&2; \
 		exit 1; \

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import os
 import pathlib
 import random
 import re
@@ -89,13 +90,26 @@ def _ephemeral_low() -> int | None:
         return None
 
 
+def _worker_share(low: int, high: int) -> tuple[int, int]:
+    """The part of [low, high) this test process draws from: under pytest-xdist (``make test`` runs two
+    workers) each worker has a slice of its own, so two workers never reserve the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    if count <= 1 or index >= count:
+        return low, high
+    size = (high - low) // count
+    return low + index * size, low + (index + 1) * size
+
+
 def reserve_port() -> int:
     """A free 127.0.0.1 port for a broker's fixed acceptor: outside the ephemeral range where that is known
-    (see :data:`_RESERVED_LOW`), else any free port."""
+    (see :data:`_RESERVED_LOW`), in this test worker's share of it, else any free port."""
     low = _ephemeral_low()
+    share = _worker_share(_RESERVED_LOW, low) if low and low > _RESERVED_LOW + 1000 else None
     rng = random.Random()
     for _ in range(200):
-        port = rng.randrange(_RESERVED_LOW, low) if low and low > _RESERVED_LOW + 1000 else free_port()
+        port = rng.randrange(*share) if share else free_port()
         if port in _reserved:
             continue
         try:
