@@ -61,6 +61,14 @@ class ConnectorControl:
         self.changed = trio.Event()
         self.first_attempt = trio.Event()   # set by the first connection made or attempt failed
 
+    def new_schedule(self) -> ReconnectSchedule:
+        """The reconnect schedule of one dial loop (:func:`keep_up`)."""
+        return ReconnectSchedule.from_settings(self.connector.reconnect)
+
+    @property
+    def broker(self):
+        return self.network.broker
+
     def make_engine(self, remote: str):
         engine = self.network.broker.new_engine(self.network.client_settings(self.connector), server=False,
                                                 remote_host=remote)
@@ -179,55 +187,60 @@ class NetworkConnectorTask:
                 del self.network.controls[key]
 
     async def keep_up(self, ctl: ConnectorControl) -> None:
-        """Connect, and after each end or failure wait the schedule's delay; give up after
-        maxReconnectAttempts failures in a row; wait while stopped."""
-        schedule = ReconnectSchedule.from_settings(self.connector.reconnect)
-        i = 0
-        while True:
-            while not ctl.wanted:
-                if ctl.status != FAILED:
-                    ctl.status = STOPPED
-                await ctl.changed.wait()
-                ctl.changed = trio.Event()
-            target = ctl.targets[i % len(ctl.targets)]
-            ctl.status = CONNECTING
-            ctl._opened = False
-            async with trio.open_nursery() as attempt:
-                attempt.start_soon(self._watch_stop, ctl, attempt.cancel_scope)
-                await run_connector(target.host, target.port, ctl.make_engine, _ONE_ATTEMPT, tls=target.tls)
-                attempt.cancel_scope.cancel()
-            self._first.set()
-            ctl.engine = None
-            now = trio.current_time() * 1000.0
-            if ctl._opened:
-                schedule.connected(ctl.opened_at)
-            else:
-                i += 1
-            if not ctl.wanted:
-                continue
-            delay = schedule.failed(now)
-            ctl.attempts = schedule.attempts
-            if delay is None:
-                ctl.status = FAILED
-                ctl.wanted = False
-                log.warning("network connector %s to %s gave up after %d attempts", self.connector.name,
-                            ctl.label, ctl.attempts)
-                continue
-            ctl.status = CONNECTING
-            with trio.move_on_after(delay / 1000.0):
-                await ctl.changed.wait()
-                ctl.changed = trio.Event()
+        await keep_up(ctl, f"network connector {self.connector.name}")
 
-    async def _watch_stop(self, ctl: ConnectorControl, scope: trio.CancelScope) -> None:
-        while ctl.wanted:
+
+async def keep_up(ctl: ConnectorControl, what: str) -> None:
+    """Keep ``ctl``'s connection up (a network connector's bridge, a federation stream): connect, and after
+    each end or failure wait its schedule's delay; give up after the attempts it allows; wait while
+    stopped. ``what`` names it in logs."""
+    schedule = ctl.new_schedule()
+    i = 0
+    while True:
+        while not ctl.wanted:
+            if ctl.status != FAILED:
+                ctl.status = STOPPED
             await ctl.changed.wait()
             ctl.changed = trio.Event()
-        engine = ctl.engine
-        if engine is not None and not engine.finished:
-            engine.close()
-            engine.wake()
-            with trio.move_on_after(STOP_GRACE_SECONDS):
-                while not engine.finished and engine.app in self.network.broker.connections:
-                    await trio.sleep(0.02)
-        log.info("network connector %s to %s stopped", self.connector.name, ctl.label)
-        scope.cancel()
+        target = ctl.targets[i % len(ctl.targets)]
+        ctl.status = CONNECTING
+        ctl._opened = False
+        async with trio.open_nursery() as attempt:
+            attempt.start_soon(_watch_stop, ctl, attempt.cancel_scope, what)
+            await run_connector(target.host, target.port, ctl.make_engine, _ONE_ATTEMPT, tls=target.tls)
+            attempt.cancel_scope.cancel()
+        ctl.first_attempt.set()
+        ctl.engine = None
+        now = trio.current_time() * 1000.0
+        if ctl._opened:
+            schedule.connected(ctl.opened_at)
+        else:
+            i += 1
+        if not ctl.wanted:
+            continue
+        delay = schedule.failed(now)
+        ctl.attempts = schedule.attempts
+        if delay is None:
+            ctl.status = FAILED
+            ctl.wanted = False
+            log.warning("%s to %s gave up after %d attempts", what, ctl.label, ctl.attempts)
+            continue
+        ctl.status = CONNECTING
+        with trio.move_on_after(delay / 1000.0):
+            await ctl.changed.wait()
+            ctl.changed = trio.Event()
+
+
+async def _watch_stop(ctl: ConnectorControl, scope: trio.CancelScope, what: str) -> None:
+    while ctl.wanted:
+        await ctl.changed.wait()
+        ctl.changed = trio.Event()
+    engine = ctl.engine
+    if engine is not None and not engine.finished:
+        engine.close()
+        engine.wake()
+        with trio.move_on_after(STOP_GRACE_SECONDS):
+            while not engine.finished and engine.app in ctl.broker.connections:
+                await trio.sleep(0.02)
+    log.info("%s to %s stopped", what, ctl.label)
+    scope.cancel()
