@@ -18,6 +18,7 @@ import trio
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
 from broker.credentials import FROM_STORE, store_path
+from broker.fedruntime import run_federation
 from broker.netruntime import NetworkConnectorTask
 from broker.runtime import BridgeTask, BrokerRuntime
 from broker.security import ACCEPTOR_MECHANISMS
@@ -116,6 +117,8 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
             nursery.start_soon(BridgeTask(ctl).run)  # auto-start="false" ones wait for start_broker_connection
         # Network connectors: one after another (ActiveMQ's default), each given its first attempt, unless
         # networkConnectorStartAsync.
+        if broker.federation.upstreams:
+            await nursery.start(run_federation, broker)
         serial = not cfg.network_connector_start_async
         for connector in cfg.network_connectors:
             await nursery.start(functools.partial(NetworkConnectorTask(broker.network, connector).run,

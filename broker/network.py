@@ -42,7 +42,7 @@ from broker.selector import parse as parse_selector
 from wire import raw
 from wire.amqptypes import CodecError
 from wire.assembly import KEEP
-from wire.msgannotations import read_annotation
+from wire.msgannotations import read_annotation, set_annotations
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -167,7 +167,8 @@ class Network:
             properties=props, link_capacity=connector.prefetch_size)
 
     @staticmethod
-    def _remote_properties(engine) -> dict:
+    def remote_properties(engine) -> dict:
+        """The connection properties of the peer's OPEN, with string keys ({} when none or malformed)."""
         try:
             props = engine.connection.remote_properties
         except Exception:  # noqa: BLE001 - a malformed map is "no properties"
@@ -193,7 +194,7 @@ class Network:
 
     def outbound_opened(self, engine, connector: NetworkConnector, control) -> None:
         """Our connector's connection is open (the peer answered): start its bridge."""
-        props = self._remote_properties(engine)
+        props = self.remote_properties(engine)
         remote_id = props.get(OPEN_BROKER_ID)
         if not isinstance(remote_id, str) or not remote_id:
             engine.close("amqp:precondition-failed", "not a tdbroker: no network broker id in its open")
@@ -220,7 +221,7 @@ class Network:
         bridge here, with the peer's configuration."""
         if not engine.server:
             return  # our own connectors' connections: outbound_opened
-        props = self._remote_properties(engine)
+        props = self.remote_properties(engine)
         remote_id = self._note_peer(engine, props)
         if remote_id is None:
             return
@@ -441,6 +442,17 @@ class Network:
         if msg.record_id is not None:
             return f"{self.broker_id}:{msg.record_id}"
         return f"{self.broker_id}:{self._boot}:{queue_name}:{msg.seq}"
+
+    def stamp_net_id(self, queue_name: str, msg) -> bytes:
+        """A message as it leaves on a federation consumer link: with a network id unless it has one, so the
+        downstream drops a copy it already stored (the network bridges' duplicate detection)."""
+        payload = msg.outgoing()
+        try:
+            if read_annotation(payload, NET_ID_ANNOTATION) is not None:
+                return payload
+            return set_annotations(payload, {NET_ID_ANNOTATION: self.net_id(queue_name, msg)})
+        except CodecError:
+            return payload
 
     # -- policies: replay and rate limits --------------------------------------------------------------------
     def _policy(self, demand: Demand):

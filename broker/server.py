@@ -50,6 +50,7 @@ from broker.delivery import DeliveryPath
 from broker.facade import ManagementFacade
 from broker.limits import AddressLimits, SizeMeter
 from broker.links import BrokerConnection, BrokerLink
+from broker.federation import FederationPart
 from broker.moves import Mover
 from broker.network import ADVISORY, ADVISORY_ADDRESS, FAILOVER_SERVER_LIST, Network
 from broker.queue import Queue
@@ -114,6 +115,7 @@ class Broker(ConnectionHandler):
         self.timers = Timers(self.addressing, self.queue_changed)
         self.facade = ManagementFacade(self)
         self.network = Network(self)
+        self.federation = FederationPart(self)
         self._deadline: int | None = None  # the deadline the runtime was last given
         for conn in cfg.broker_connections:
             BridgeControl(self, conn)
@@ -151,13 +153,14 @@ class Broker(ConnectionHandler):
         return nxt
 
     def _next_timer(self) -> int | None:
-        times = [t for t in (self.timers.next_timer(), self.network.next_deadline()) if t is not None]
+        times = [t for t in (self.timers.next_timer(), self.network.next_deadline(),
+                             self.federation.next_deadline()) if t is not None]
         return min(times) if times else None
 
     def tick(self, now: int) -> int:
         """Do what is due at ``now``: expire messages, end redelivery delays; returns how many expired."""
         n, ended = self.timers.run_due(now)
-        woken = self.network.tick(now)
+        woken = self.network.tick(now) + self.federation.tick(now)
         if n or ended or woken:
             self.on_batch_end()
         return n
@@ -329,10 +332,12 @@ class Broker(ConnectionHandler):
         # filter does): a message the subscriber does not want is never stored for it.
         q = self.addressing.subscription_queue(address, durable_name=sub_name,
                                                selector=wanted[2] if wanted else None)
+        federation = FederationPart.link_settings(lo)
+        transform = self.federation.federation_consumer(q, federation) if federation is not None else None
         engine.open_link_like_remote(link)
         bl = self.attach_local(engine, link, q, incoming=False, name=lo.name,
                                presettled=lo.remote_snd_settle_mode == proton.Link.SND_SETTLED,
-                               selector=wanted[1] if wanted else None)
+                               selector=wanted[1] if wanted else None, transform=transform)
         bl.durable_sub = durable
         bl.owned_queue = not durable
         log.debug("link %s subscribed to %s with queue %s", lo.name, address, q.name)
@@ -451,6 +456,7 @@ class Broker(ConnectionHandler):
         Returns how many messages it held."""
         q, _info = self.addressing.forget_queue(name)
         self.network.queue_removed(name)
+        self.federation.queue_removed(name)
         unbind = self._unbind
         for bc in list(self.connections):
             for lp, bl in list(bc.links.items()):
@@ -493,6 +499,7 @@ class Broker(ConnectionHandler):
         bc.links.clear()
         # after the links: a bridge's temporary queues go once no network consumer is on them
         self.network.connection_closed(engine)
+        self.federation.connection_closed(engine)
         for name in bc.kept_queues:  # their links closed without deleteNonDurableQueue
             if name in self.addressing.queues:
                 self.remove_queue(name, "removed with its connection")

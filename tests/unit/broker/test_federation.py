@@ -1,0 +1,178 @@
+"""Address federation between in-memory brokers (no sockets): demand from local subscriptions, the
+federation queue on the upstream, hops and max-hops, symmetric federation without loops, auto-delete of a
+federation queue after its delay, and the opposing federation's queues not counting as demand."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import proton
+
+from broker.config import parse_broker_config
+from broker.federation import FED_HOPS_ANNOTATION
+from broker.server import Broker
+from broker.configmodel import artemis_match
+from tests.unit.enginepair import Pipe, RouterHarness, pump
+
+XML = """<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <name>{name}</name><persistence-enabled>false</persistence-enabled>
+  <addresses><address name="news"><multicast/></address><address name="other"><multicast/></address></addresses>
+</core></configuration>"""
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_700_000_000_000
+
+    def __call__(self):
+        return self.now
+
+
+def policy(name="p", match="news", max_hops=0, **kw):
+    fields = dict(auto_delete=None, auto_delete_delay_ms=None, auto_delete_message_count=None,
+                  transformer_ref=None, enable_divert_bindings=False)
+    fields.update(kw)
+    return SimpleNamespace(name=name, max_hops=max_hops, matches=lambda a, m=match: artemis_match(m, a), **fields)
+
+
+def federation(name: str, upstream: str, pol):
+    stream = SimpleNamespace(name=upstream, user=None, password=None)
+    return SimpleNamespace(name=name, upstreams=[stream], transformers={},
+                           policies_for=lambda s, p=pol: ([p], []))
+
+
+class Fed:
+    """Brokers by name; ``link(down, up, policy)`` gives ``down`` an upstream to ``up``, connected in memory."""
+
+    def __init__(self, *names, federations=None):
+        self.clock = Clock()
+        self.brokers = {}
+        self.harness = {}
+        for n in names:
+            cfg = parse_broker_config(XML.format(name=n))
+            cfg.federations = (federations or {}).get(n, [])
+            b = self.brokers[n] = Broker(cfg, clock=self.clock)
+            self.harness[n] = RouterHarness(router=b)
+        self.pipes = []
+
+    def connect(self, down: str, up: str):
+        d, u = self.brokers[down], self.brokers[up]
+        [upstream] = [x for x in d.federation.upstreams if x.stream.name == up]
+        e = d.new_engine(d.connection_settings(properties=d.network.open_properties()), server=False)
+        e.app.on_open = lambda engine: upstream.opened(engine)
+        self.pipes.append(Pipe(e, u.new_engine(u.connection_settings(), server=True)))
+        self.pump()
+        return e
+
+    def pump(self):
+        for _ in range(8):
+            pump(*self.pipes, *[p for h in self.harness.values() for p in h.pipes])
+            for b in self.brokers.values():
+                b.on_batch_end()
+
+    def subscribe(self, broker: str, address="news"):
+        c = self.harness[broker].connect()
+        r = c.receiver(address, credit=100)
+        self.pump()
+        return c, r
+
+    def publish(self, broker: str, bodies, address="news", **fields):
+        p = self.harness[broker].connect()
+        s = p.sender(address)
+        self.pump()
+        for b in bodies:
+            p.send(s, body=b, **fields)
+        self.pump()
+
+
+def federated_queues(b: Broker) -> list[str]:
+    return sorted(n for n in b.queue_info if ".federated." in n)
+
+
+def test_local_demand_makes_a_federation_queue_upstream_and_messages_come_down_with_a_hop():
+    fed = Fed("D", "U", federations={"D": [federation("f", "U", policy())]})
+    fed.connect("D", "U")
+    assert federated_queues(fed.brokers["U"]) == []  # no demand yet
+    c, r = fed.subscribe("D")
+    [fq] = federated_queues(fed.brokers["U"])
+    assert fq == "D.federated.f.U.news.multicast"
+    fed.publish("U", ["hello"])
+    [got] = c.received(r)
+    assert got.message.body == "hello"
+    assert got.message.annotations[proton.symbol(FED_HOPS_ANNOTATION)] == 1
+
+
+def test_an_address_no_policy_matches_is_not_federated():
+    fed = Fed("D", "U", federations={"D": [federation("f", "U", policy(match="news"))]})
+    fed.connect("D", "U")
+    fed.subscribe("D", "other")
+    assert federated_queues(fed.brokers["U"]) == []
+
+
+def test_demand_going_away_detaches_and_the_queue_is_auto_deleted_after_its_delay():
+    pol = policy(auto_delete=True, auto_delete_delay_ms=1000, auto_delete_message_count=-1)
+    fed = Fed("D", "U", federations={"D": [federation("f", "U", pol)]})
+    fed.connect("D", "U")
+    c, r = fed.subscribe("D")
+    r.close()
+    fed.pump()
+    u = fed.brokers["U"]
+    [fq] = federated_queues(u)
+    assert u.queues[fq].consumer_count == 0  # detached, not deleted: messages wait for the delay
+    fed.publish("U", ["kept"])
+    assert u.queues[fq].message_count == 1
+    fed.clock.now += 999
+    u.tick(fed.clock.now)
+    assert federated_queues(u) == [fq]
+    fed.clock.now += 1
+    u.tick(fed.clock.now)
+    assert federated_queues(u) == []
+
+
+def test_auto_delete_message_count_keeps_a_queue_with_more_messages():
+    pol = policy(auto_delete=True, auto_delete_delay_ms=10, auto_delete_message_count=0)
+    fed = Fed("D", "U", federations={"D": [federation("f", "U", pol)]})
+    fed.connect("D", "U")
+    c, r = fed.subscribe("D")
+    r.close()
+    fed.pump()
+    fed.publish("U", ["one"])
+    fed.clock.now += 10
+    fed.brokers["U"].tick(fed.clock.now)
+    assert len(federated_queues(fed.brokers["U"])) == 1
+
+
+def test_symmetric_federation_with_max_hops_one_delivers_once_and_does_not_loop():
+    feds = {"A": [federation("f", "B", policy(max_hops=1))], "B": [federation("f", "A", policy(max_hops=1))]}
+    fed = Fed("A", "B", federations=feds)
+    fed.connect("A", "B")
+    fed.connect("B", "A")
+    ca, ra = fed.subscribe("A")
+    cb, rb = fed.subscribe("B")
+    fed.publish("A", ["from A"])
+    fed.publish("B", ["from B"])
+    assert sorted(ca.bodies(ra)) == ["from A", "from B"]
+    assert sorted(cb.bodies(rb)) == ["from A", "from B"]
+
+
+def test_the_opposing_federation_queue_is_not_demand():
+    feds = {"A": [federation("f", "B", policy())], "B": [federation("f", "A", policy())]}
+    fed = Fed("A", "B", federations=feds)
+    fed.connect("A", "B")
+    fed.connect("B", "A")
+    c, r = fed.subscribe("A")
+    # A federates news from B (a queue on B); B must not take that queue as demand to federate from A
+    assert federated_queues(fed.brokers["B"]) == ["A.federated.f.B.news.multicast"]
+    assert federated_queues(fed.brokers["A"]) == []
+    r.close()
+    fed.pump()
+    assert not fed.brokers["A"].federation.upstreams[0].receivers
+
+
+def test_max_hops_keeps_a_message_that_made_its_hops_out_of_the_federation_queue():
+    fed = Fed("D", "U", federations={"D": [federation("f", "U", policy(max_hops=2))]})
+    fed.connect("D", "U")
+    c, r = fed.subscribe("D")
+    fed.publish("U", ["twice federated"], annotations={proton.symbol(FED_HOPS_ANNOTATION): 2})
+    fed.publish("U", ["once federated"], annotations={proton.symbol(FED_HOPS_ANNOTATION): 1})
+    assert c.bodies(r) == ["once federated"]
