@@ -26,6 +26,7 @@ import xml.etree.ElementTree as ET
 from wire.sasl import is_loopback
 
 from . import netconfig, xmlschema as xs
+from . import fedconfig  # Artemis core federation: <connectors>, <federations> ... (broker/fedconfig.py)
 from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
     ANY_WORDS, DELIMITER, SINGLE_WORD, Acceptor, AddressConfig,
     AddressSettings, BrokerConfig, BrokerConnection, BrokerConnectionElement, FlowRecordsConfig, QueueConfig,
@@ -146,6 +147,8 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
     seen: dict[str, int] = {}
     known = (set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED) | set(xs.CORE_LIMITS_UNENFORCED)
              | set(xs.CORE_SECURITY_UNENFORCED) | set(xs.CORE_SECURITY_ENFORCED) | set(netconfig.CORE_ELEMENTS))
+    known |= set(fedconfig.CORE_ELEMENTS)
+    fed_elements: dict = {}   # parsed after the loop: federations refer to connectors written anywhere
     security_el = None
     security_settings = ([], None)
     credentials = Credentials(ctx.path)
@@ -184,6 +187,10 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
                 cfg.network_connector_start_async = ctx.value(el, "bool")
             else:
                 cfg.bridge_policies = netconfig.parse_destination_policy(ctx, el)
+            continue
+        if name in fedconfig.CORE_ELEMENTS:
+            _once(ctx, seen, name, el)
+            fed_elements[name] = el
             continue
         if name not in xs.CORE_HANDLED:
             raise _unknown(ctx, el, "core", known)
@@ -231,6 +238,8 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
             if cfg.disk_scan_period_ms <= 0:
                 raise ctx.error(el, f"<disk-scan-period> must be a positive number of ms, "
                                     f"got {cfg.disk_scan_period_ms}")
+    (cfg.connectors, cfg.discovery_groups, cfg.broadcast_groups,
+     cfg.federations) = fedconfig.parse_core_elements(ctx, fed_elements, credentials)
     _load_security(ctx, cfg, security_el)
     settings, settings_el = security_settings
     if settings:

@@ -171,6 +171,12 @@ class BrokerConfig:
     network_connectors: list = field(default_factory=list)
     network_connector_start_async: bool = False
     bridge_policies: list = field(default_factory=list)
+    #: Artemis core federation (broker/fedconfig.py): <connectors> (name -> Connector), <discovery-groups>
+    #: (name -> DiscoveryGroup), <broadcast-groups> (name -> BroadcastGroup), <federations> (list[Federation]).
+    connectors: dict = field(default_factory=dict)
+    discovery_groups: dict = field(default_factory=dict)
+    broadcast_groups: dict = field(default_factory=dict)
+    federations: list = field(default_factory=list)
 
     @property
     def paging_path(self) -> str:

@@ -146,8 +146,8 @@ DEFAULT_FLOW_ROTATE_MB = 64
 CORE_IGNORED = frozenset("""
     security-invalidation-interval
     authentication-cache-size authorization-cache-size cluster-user cluster-password
-    ha-policy connectors cluster-connections
-    broadcast-groups discovery-groups jmx-management-enabled jmx-domain
+    ha-policy cluster-connections
+    jmx-management-enabled jmx-domain
     jmx-use-broker-name management-address management-notification-address
     message-counter-enabled message-counter-sample-period message-counter-max-day-history
     thread-pool-max-size scheduled-thread-pool-max-size graceful-shutdown-enabled
@@ -221,7 +221,6 @@ CORE_UNSUPPORTED = {
     "literal-match-markers": "literal address-setting matches are not supported",
     "diverts": "diverts are not implemented",
     "bridges": "core bridges are not implemented; use <broker-connections>",
-    "federations": "core federation is not implemented",
     "queues": "the deprecated <queues> element is not supported; use <addresses>",
     "internal-naming-prefix": "internal address naming is fixed",
     "resource-limit-settings": "resource limits are not implemented",
