@@ -117,8 +117,7 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
             nursery.start_soon(BridgeTask(ctl).run)  # auto-start="false" ones wait for start_broker_connection
         # Network connectors: one after another (ActiveMQ's default), each given its first attempt, unless
         # networkConnectorStartAsync.
-        if broker.federation.upstreams:
-            await nursery.start(run_federation, broker)
+        await nursery.start(run_federation, broker)  # also for the upstreams a downstream's command makes
         serial = not cfg.network_connector_start_async
         for connector in cfg.network_connectors:
             await nursery.start(functools.partial(NetworkConnectorTask(broker.network, connector).run,

@@ -42,6 +42,7 @@ import proton
 from broker.addressing import MULTICAST
 from broker.links import BrokerLink
 from wire import raw
+from wire.assembly import KEEP
 from wire.amqptypes import CodecError
 from wire.msgannotations import read_annotation, set_annotations
 
@@ -61,6 +62,11 @@ DEFAULT_AUTO_DELETE_DELAY_MS = 3_600_000
 DEFAULT_AUTO_DELETE_MESSAGE_COUNT = -1
 #: Credit of a federation receiver: as a network bridge's prefetch.
 FEDERATION_CREDIT = 1000
+#: The address of the control link a downstream sends its command on.
+CONTROL_ADDRESS = "$td.federation.control"
+CONTROL = "federation-control"  # BrokerLink.mode of a control link
+#: Commands a downstream may have in flight (it sends one per connection).
+CONTROL_CREDIT = 10
 
 
 def hops_allowed(hops, max_hops: int) -> bool:
@@ -126,11 +132,14 @@ class UpstreamReceiver:
 class Upstream:
     """One ``<upstream>`` of a ``<federation>``: the connection's state and the federation queues consumed."""
 
-    def __init__(self, part: FederationPart, federation, stream, address_policies: list):
+    def __init__(self, part: FederationPart, federation, stream, address_policies: list, targets=None,
+                 *, commanded_by: str | None = None):
         self.part = part
         self.federation = federation
         self.stream = stream
         self.address_policies = address_policies
+        self.targets = targets  # list[NetworkTarget]; None: the stream's static-connectors
+        self.commanded_by = commanded_by  # a downstream's broker that asked for this upstream, or None
         self.engine = None
         self.peer_id: str | None = None
         self.peer_name = ""
@@ -250,11 +259,17 @@ class FederationPart:
         self._transformers: dict = {}
         self._checks: list = []                      # heap of (clock ms, queue): auto-delete checks
         self._refreshing = False
+        self._listening = False
+        self.spawn = None   # (Upstream) -> None: the runtime starts its dial loop (broker.fedruntime)
+        self._control_owner = _ControlOwner(self)
+        self.downstreams = []  # (federation, stream, address policies) this broker commands
+        self.controls: list = []  # the dial loops' controls (broker.fedruntime), for management
+        for fed in getattr(broker.cfg, "federations", []) or []:
+            for stream in getattr(fed, "downstreams", []):
+                self.downstreams.append((fed, stream, fed.policies_for(stream)[0]))
+        broker.delivery.consumer_listeners.append(self._consumer_changed_upstream_side)
         if self.upstreams:
-            broker.delivery.consumer_listeners.append(self._consumer_changed)
-            broker.addressing.subscribe(lambda _name: self.refresh())
-        else:
-            broker.delivery.consumer_listeners.append(self._consumer_changed_upstream_side)
+            self._listen()
 
     # -- downstream: demand ------------------------------------------------------------------------------
     def demand(self, up: Upstream) -> dict:
@@ -328,6 +343,68 @@ class FederationPart:
             if up.engine is engine:
                 up.closed()
 
+    # -- downstream: the command that makes a remote broker federate from us ---------------------------------
+    def control_attach(self, engine, link) -> None:
+        """A remote broker's downstream opens the control link: it will send one command."""
+        engine.open_link_like_remote(link)
+        bl = BrokerLink(link, engine, self._control_owner, None, True, raw.link_object(link).name)
+        bl.mode = CONTROL
+        engine.app.links[link] = bl
+        engine.own_link(link, bl)
+        raw.link_flow(link, CONTROL_CREDIT)
+
+    def command(self, engine, body: dict) -> str | None:
+        """Apply a downstream's command: make (or replace) the upstream back to it. Returns why it is refused,
+        or None."""
+        from broker.fedconfig import AddressPolicy, Stream
+        from broker.netconfig import NetworkTarget
+
+        try:
+            fed_name = _text(body, "federation")
+            stream_name = _text(body, "upstream")
+            host = _text(body, "host")
+            port = body.get("port")
+            if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+                raise ValueError("port must be 1..65535")
+            policies = []
+            for raw_policy in body.get("address-policies") or []:
+                d = {str(k): v for k, v in raw_policy.items()}
+                policies.append(AddressPolicy(
+                    name=_text(d, "name"), max_hops=_int(d.get("max-hops"), 0),
+                    auto_delete=d.get("auto-delete") if isinstance(d.get("auto-delete"), bool) else None,
+                    auto_delete_delay_ms=d.get("auto-delete-delay") if isinstance(d.get("auto-delete-delay"), int) else None,
+                    auto_delete_message_count=d.get("auto-delete-message-count")
+                    if isinstance(d.get("auto-delete-message-count"), int) else None,
+                    enable_divert_bindings=d.get("enable-divert-bindings") is True,
+                    includes=[str(x) for x in d.get("includes") or []],
+                    excludes=[str(x) for x in d.get("excludes") or []]))
+        except (ValueError, AttributeError, TypeError) as exc:
+            return f"bad federation command: {exc}"
+        origin = getattr(engine.app, "network_peer", None) or engine.remote_container or "?"
+        user = body.get("user") if isinstance(body.get("user"), str) else None
+        password = body.get("password") if isinstance(body.get("password"), str) else None
+        stream = Stream(kind="upstream", name=stream_name, user=user, password=password)
+        fed = _CommandedFederation(fed_name)
+        for old in [u for u in self.upstreams if u.commanded_by == origin and u.name == f"{fed_name}/{stream_name}"]:
+            self.upstreams.remove(old)
+            if old.control is not None:
+                old.control.stop()
+        up = Upstream(self, fed, stream, policies, [NetworkTarget("tcp", host, port, None)], commanded_by=origin)
+        self.upstreams.append(up)
+        if not self._listening:
+            self._listen()
+        if self.spawn is not None:
+            self.spawn(up)
+        log.info("federation %s: upstream %s to %s:%d created by a downstream's command", fed_name, stream_name,
+                 host, port)
+        return None
+
+    def _listen(self) -> None:
+        self._listening = True
+        self.broker.delivery.consumer_listeners.remove(self._consumer_changed_upstream_side)
+        self.broker.delivery.consumer_listeners.append(self._consumer_changed)
+        self.broker.addressing.subscribe(lambda _name: self.refresh())
+
     # -- upstream side: federation queues other brokers keep here ------------------------------------------
     @staticmethod
     def link_settings(lo) -> dict | None:
@@ -388,11 +465,85 @@ class FederationPart:
 
     # -- management ------------------------------------------------------------------------------------------
     def mgmt_streams(self) -> list[dict]:
-        return [up.describe() for up in self.upstreams]
+        """A row per stream: upstreams (configured, or made by a downstream's command) and downstreams."""
+        rows = []
+        for ctl in self.controls:
+            rows.extend(ctl.describe())
+        shown = {id(getattr(ctl, "upstream", None)) for ctl in self.controls}
+        rows.extend(up.describe() for up in self.upstreams if id(up) not in shown)
+        return rows
+
+
+class _CommandedFederation:
+    """The federation of an upstream a downstream's command made: its name, no transformers."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.transformers: dict = {}
+
+
+class _ControlOwner:
+    """Wire's owner of a control link: each message is a downstream's command (accepted or rejected)."""
+
+    def __init__(self, part: FederationPart):
+        self.part = part
+
+    def on_message(self, engine, bl, d, payload) -> None:
+        why = "empty command"
+        if payload is not None:
+            try:
+                m = proton.Message()
+                m.decode(payload)
+                body = m.body
+                why = self.part.command(engine, {str(k): v for k, v in body.items()}) if isinstance(body, dict) \
+                    else "the command's body must be a map"
+            except Exception as exc:  # noqa: BLE001 - a bad command is refused, never the connection's end
+                why = f"bad federation command: {exc}"
+        if why is None:
+            raw.delivery_update(d, raw.ACCEPTED)
+        else:
+            log.warning("federation command refused: %s", why)
+            raw.set_rejected(d, "amqp:invalid-field", why[:200])
+        raw.delivery_settle(d)
+        raw.link_flow(bl.ptr, 1)
+        engine.wake()
+
+    def on_partial(self, engine, bl, d, held: int) -> int:
+        return KEEP
+
+    def on_delivery_update(self, engine, bl, d) -> None:
+        pass
+
+    def on_link_flow(self, engine, bl) -> None:
+        pass
+
+    def on_oversized(self, engine, bl, d, limit: int) -> None:
+        pass
+
+
+def command_body(federation, stream, address_policies: list, host: str, port: int) -> dict:
+    """The command a ``<downstream>`` sends: federate these addresses from me (host:port)."""
+    return {"federation": federation.name, "upstream": stream.name, "host": host, "port": port,
+            **({"user": stream.user, "password": stream.password} if stream.user else {}),
+            "address-policies": [{
+                "name": p.name, "max-hops": p.max_hops, "enable-divert-bindings": p.enable_divert_bindings,
+                "includes": list(p.includes), "excludes": list(p.excludes),
+                **({"auto-delete": p.auto_delete} if p.auto_delete is not None else {}),
+                **({"auto-delete-delay": p.auto_delete_delay_ms} if p.auto_delete_delay_ms is not None else {}),
+                **({"auto-delete-message-count": p.auto_delete_message_count}
+                   if p.auto_delete_message_count is not None else {})} for p in address_policies]}
+
+
+def _text(d: dict, key: str) -> str:
+    value = d.get(key)
+    if not isinstance(value, str) or not value or len(value) > 255:
+        raise ValueError(f"{key} must be a non-empty string")
+    return value
 
 
 def _int(value, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-__all__ = ["FED_HOPS_ANNOTATION", "FederationPart", "LINK_FEDERATION", "Upstream", "hops_allowed"]
+__all__ = ["CONTROL", "CONTROL_ADDRESS", "FED_HOPS_ANNOTATION", "FederationPart", "LINK_FEDERATION",
+           "Upstream", "command_body", "hops_allowed"]

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import trio
 
-from broker.federation import Upstream
+import logging
+
+import proton
+
+from broker.federation import CONTROL_ADDRESS, Upstream, command_body
 from broker.netconfig import NetworkTarget
 from broker.netruntime import ConnectorControl, keep_up
+from wire import raw
 from wire.reconnect import ReconnectSchedule
+
+log = logging.getLogger("broker.federation")
 
 
 class StreamControl(ConnectorControl):
@@ -27,12 +34,7 @@ class StreamControl(ConnectorControl):
         upstream.control = self
 
     def new_schedule(self) -> ReconnectSchedule:
-        s = self.upstream.stream
-        attempts = s.reconnect_attempts
-        return ReconnectSchedule(initial_ms=s.retry_interval_ms, max_ms=max(s.retry_interval_ms, s.max_retry_interval_ms),
-                                 exponential=s.retry_interval_multiplier > 1,
-                                 multiplier=max(1.0, s.retry_interval_multiplier),
-                                 max_attempts=attempts if attempts > 0 else 0, min_connect_time_ms=0)
+        return _schedule(self.upstream.stream)
 
     def make_engine(self, remote: str):
         up = self.upstream
@@ -56,6 +58,97 @@ class StreamControl(ConnectorControl):
         return [self.upstream.describe()]
 
 
+class _CommandLink:
+    """Wire's owner of the downstream's control sender: records the remote broker's answer."""
+
+    incoming = False
+    max_message_size = 0
+
+    def __init__(self, control: DownstreamControl):
+        self.owner = self
+        self.control = control
+
+    def on_delivery_update(self, engine, link, d) -> None:
+        state = raw.delivery_remote_state(d)
+        if state == raw.ACCEPTED:
+            self.control.commanded = "accepted"
+        elif state == raw.REJECTED:
+            name, description = raw.remote_condition(d)
+            self.control.commanded = "refused"
+            self.control.note_error(f"{name}: {description}")
+            log.warning("federation %s: the remote broker refused the downstream's command: %s %s",
+                        self.control.label, name, description)
+        if raw.delivery_settled(d) or state:
+            raw.delivery_settle(d)
+
+    def on_message(self, engine, link, d, msg) -> None:
+        pass
+
+    def on_partial(self, engine, link, d, held: int) -> int:
+        return 0
+
+    def on_link_flow(self, engine, link) -> None:
+        pass
+
+    def on_oversized(self, engine, link, d, limit: int) -> None:
+        pass
+
+
+class DownstreamControl(ConnectorControl):
+    """A ``<downstream>``: connects to the remote broker and, on each connection, sends the command that
+    makes it create the upstream back to this broker (``upstream-connector-ref``)."""
+
+    def __init__(self, broker, federation, stream, address_policies: list, targets: list[NetworkTarget]):
+        super().__init__(broker.network, None, targets, ",".join(f"{t.host}:{t.port}" for t in targets))
+        self.federation = federation
+        self.stream = stream
+        self.address_policies = address_policies
+        self.commanded = ""
+
+    def new_schedule(self) -> ReconnectSchedule:
+        return _schedule(self.stream)
+
+    def make_engine(self, remote: str):
+        broker = self.network.broker
+        s = self.stream
+        settings = broker.connection_settings(
+            name=f"federation:{self.federation.name}/{s.name}", sasl_username=s.user or None,
+            sasl_password=s.password, sasl_client_mechanisms="SCRAM-SHA-512 SCRAM-SHA-256 PLAIN" if s.user else None,
+            properties=broker.network.open_properties())
+        engine = broker.new_engine(settings, server=False, remote_host=remote)
+        engine.app.on_open = self._send_command
+        self.remote = remote
+        return engine
+
+    def _send_command(self, engine) -> None:
+        self.opened(engine)
+        back = self.network.broker.cfg.connectors[self.stream.upstream_connector_ref]
+        body = command_body(self.federation, self.stream, self.address_policies, back.host, back.port)
+        session = engine.connection.session()
+        session.open()
+        snd = session.sender(f"federation.{self.federation.name}.{self.stream.name}.command")
+        snd.target.address = CONTROL_ADDRESS
+        snd.open()
+        engine.own_link(raw.pointer(snd), _CommandLink(self))
+        raw.send_message(raw.pointer(snd), b"cmd", proton.Message(body=body).encode())
+        self.commanded = "sent"
+        engine.wake()
+
+    def describe(self) -> list[dict]:
+        return [{"federation": self.federation.name, "stream": self.stream.name, "kind": "downstream",
+                 "state": self.status, "peer": "", "reconnectAttempts": self.attempts,
+                 "remote": self.remote or self.label, "command": self.commanded, "lastError": self.last_error,
+                 "addresses": [], "copied": 0}]
+
+
+def _schedule(s) -> ReconnectSchedule:
+    attempts = s.reconnect_attempts
+    return ReconnectSchedule(initial_ms=s.retry_interval_ms, max_ms=max(s.retry_interval_ms, s.max_retry_interval_ms),
+                             exponential=s.retry_interval_multiplier > 1,
+                             multiplier=max(1.0, s.retry_interval_multiplier),
+                             max_attempts=attempts if attempts > 0 else 0, min_connect_time_ms=0)
+
+
 def stream_targets(cfg, stream) -> list[NetworkTarget]:
     out = []
     for ref in stream.static_connectors:
@@ -65,9 +158,20 @@ def stream_targets(cfg, stream) -> list[NetworkTarget]:
 
 
 async def run_federation(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Every upstream of every federation, each in its dial loop, until cancelled."""
+    """Every upstream and downstream of every federation, each in its dial loop, and the upstreams that
+    downstreams' commands create later, until cancelled."""
+    part = broker.federation
     async with trio.open_nursery() as nursery:
-        for up in broker.federation.upstreams:
-            ctl = StreamControl(up, stream_targets(broker.cfg, up.stream))
+        def spawn(up: Upstream) -> None:
+            ctl = StreamControl(up, up.targets if up.targets is not None else stream_targets(broker.cfg, up.stream))
+            part.controls.append(ctl)
             nursery.start_soon(keep_up, ctl, f"federation {up.name}")
+
+        part.spawn = spawn
+        for up in list(part.upstreams):
+            spawn(up)
+        for fed, stream, policies in part.downstreams:
+            ctl = DownstreamControl(broker, fed, stream, policies, stream_targets(broker.cfg, stream))
+            part.controls.append(ctl)
+            nursery.start_soon(keep_up, ctl, f"federation {fed.name} downstream {stream.name}")
         task_status.started()

@@ -50,7 +50,7 @@ from broker.delivery import DeliveryPath
 from broker.facade import ManagementFacade
 from broker.limits import AddressLimits, SizeMeter
 from broker.links import BrokerConnection, BrokerLink
-from broker.federation import FederationPart
+from broker.federation import CONTROL_ADDRESS, FederationPart
 from broker.moves import Mover
 from broker.network import ADVISORY, ADVISORY_ADDRESS, FAILOVER_SERVER_LIST, Network
 from broker.queue import Queue
@@ -267,6 +267,11 @@ class Broker(ConnectionHandler):
         if not address:
             engine.refuse_link(link, "amqp:not-implemented", "tdbroker needs a named node (no anonymous relay)")
             return
+        if address == CONTROL_ADDRESS and not lo.is_sender:
+            # a downstream's command makes this broker dial out: the manage permission, as Artemis asks
+            if not self._denied(engine, link, "manage", address):
+                self.federation.control_attach(engine, link)
+            return None
         if address == ADVISORY_ADDRESS and lo.is_sender:
             self.network.advisory_attach(engine, link)
             return None

@@ -176,3 +176,35 @@ def test_max_hops_keeps_a_message_that_made_its_hops_out_of_the_federation_queue
     fed.publish("U", ["twice federated"], annotations={proton.symbol(FED_HOPS_ANNOTATION): 2})
     fed.publish("U", ["once federated"], annotations={proton.symbol(FED_HOPS_ANNOTATION): 1})
     assert c.bodies(r) == ["once federated"]
+
+
+def test_a_downstreams_command_makes_the_remote_broker_federate_back():
+    from broker.federation import CONTROL_ADDRESS, command_body
+    from broker.fedconfig import AddressPolicy, Stream
+
+    fed = Fed("D", "R")
+    r = fed.brokers["R"]
+    spawned = []
+    r.federation.spawn = spawned.append
+    stream = Stream(kind="downstream", name="to-D", user=None, password=None)
+    body = command_body(SimpleNamespace(name="f"), stream,
+                        [AddressPolicy(name="p", max_hops=1, includes=["news"])], "127.0.0.1", 5999)
+    p = fed.harness["R"].connect()
+    s = p.sender(CONTROL_ADDRESS)
+    fed.pump()
+    d = p.send(s, proton.Message(body=body))
+    fed.pump()
+    assert d.remote_state == proton.Delivery.ACCEPTED
+    [up] = spawned
+    assert (up.targets[0].host, up.targets[0].port, up.name) == ("127.0.0.1", 5999, "f/to-D")
+    # the upstream it made federates like a configured one: connect it to D in memory
+    e = r.new_engine(r.connection_settings(properties=r.network.open_properties()), server=False)
+    e.app.on_open = lambda engine: up.opened(engine)
+    fed.pipes.append(Pipe(e, fed.brokers["D"].new_engine(fed.brokers["D"].connection_settings(), server=True)))
+    c, rcv = fed.subscribe("R")
+    fed.publish("D", ["from D"])
+    assert c.bodies(rcv) == ["from D"]
+    # a bad command is rejected, the connection stays
+    d = p.send(s, proton.Message(body={"federation": "f"}))
+    fed.pump()
+    assert d.remote_state == proton.Delivery.REJECTED
