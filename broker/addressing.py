@@ -6,9 +6,16 @@ dead-lettered or expired message goes is its ``exits`` (:class:`QueueExits`, :mo
 Artemis' model, reduced to what tdbroker implements:
 
 * an **address** has routing types (anycast, multicast or both) and queues bound to it;
-* an **anycast** address delivers each message to one queue (tdbroker: the first queue bound to it), a
-  **multicast** address copies each message to every multicast queue bound to it (a queue per
-  subscriber). A client link uses multicast when the address only has the multicast routing type or
+* an **anycast** address delivers each message to ONE of its anycast queues, in turn (round robin), and
+  a **multicast** address copies each message to every multicast queue bound to it (a queue per
+  subscriber). Artemis' address model says so ("When messages are received on such an address, they are
+  firstly distributed evenly across all the defined queues", ``docs/user-manual/en/address-model.md``;
+  today's ``address-model.adoc``: anycast routes to "a single queue on the address"): its anycast queue
+  bindings share the address as routing name and ``BindingsImpl.getNextBinding`` takes the next one in
+  turn, skipping a queue whose ``<filter>`` does not select the message and preferring one with a consumer
+  (``LocalQueueBinding.isHighAcceptPriority``); when none has a consumer, the next that takes the message.
+  :meth:`AddressModel.route` does that. A link that names a queue (its name, or ``address::queue``, the
+  FQQN) stores into that queue only. A client link uses multicast when the address only has the multicast routing type or
   when its terminus carries the capability ``topic`` / ``multicast`` (as Artemis' AMQP protocol manager
   reads them); anything else is anycast, and auto-created addresses are anycast unless the client asked
   for multicast (tdbroker's choice: the waypoint use case wants a queue);
@@ -32,6 +39,7 @@ import os
 import uuid
 from typing import Callable, Protocol
 
+from broker.diverts import MAX_DIVERT_DEPTH, Diverts
 from broker.limits import SizeMeter
 from broker.queue import Queue, QueuedMessage
 from broker.selector import Selector, message_lookup, parse as parse_selector
@@ -48,6 +56,10 @@ BINDINGS_FILE = "bindings.json"
 # Artemis' AMQP durable subscription name is "<container-id>.<link-name>"; a queue name has to stay
 # below the journal's record limit, and an endless name is no use in management either.
 MAX_QUEUE_NAME = 1024
+
+
+# A divert's <routing-type> as the routing type its copy is routed with (PASS: the original's).
+_DIVERT_ROUTING = {"ANYCAST": ANYCAST, "MULTICAST": MULTICAST, "STRIP": None}
 
 
 class QueueInfo:
@@ -90,6 +102,12 @@ class AddressModel:
         self._listeners: list = []                    # callables(queue name) for queues created later
         self.bindings_dirty = False                   # the bindings file is behind the table
         self.filtered: set[str] = set()               # queues with a <filter> (see admitted)
+        # Per address, its anycast and multicast queues in creation order (the routing tables: a message
+        # is routed by a dict lookup, not a scan of every queue), and whose turn it is among the anycast.
+        self.anycast: dict[str, list[Queue]] = {}
+        self.multicast: dict[str, list[Queue]] = {}
+        self._turn: dict[str, int] = {}
+        self.diverts = Diverts(getattr(cfg, "diverts", None) or [])
         # Queues that are some address-setting's expiry address: messages recovered there never expire.
         self.expiry_targets = {s.expiry_address for s in cfg.address_settings if s.expiry_address}
         for a in cfg.addresses:
@@ -160,6 +178,7 @@ class AddressModel:
         self.queues[name] = q
         self.queue_info[name] = QueueInfo(name, address, routing_type, durable, temporary,
                                           settings.expiry_delay or -1, selector)
+        (self.multicast if routing_type == MULTICAST else self.anycast).setdefault(address, []).append(q)
         if selector is not None:
             self.filtered.add(name)
         self.addresses.setdefault(address, set()).add(routing_type)
@@ -179,6 +198,13 @@ class AddressModel:
         q = self.queues.pop(name)
         info = self.queue_info.pop(name)
         self.filtered.discard(name)
+        table = self.multicast if info.routing_type == MULTICAST else self.anycast
+        bound = table.get(info.address)
+        if bound is not None:
+            bound[:] = [b for b in bound if b is not q]
+            if not bound:
+                del table[info.address]
+                self._turn.pop(info.address, None)
         if not any(i.address == info.address for i in self.queue_info.values()) and \
                 self.cfg.address(info.address) is None:
             self.addresses.pop(info.address, None)
@@ -207,8 +233,82 @@ class AddressModel:
 
     def multicast_queues(self, address: str) -> list[Queue]:
         """Every multicast queue bound to ``address`` (the copies a message sent there makes)."""
-        return [self.queues[n] for n, i in self.queue_info.items()
-                if i.address == address and i.routing_type == MULTICAST]
+        return list(self.multicast.get(address, ()))
+
+    def anycast_queues(self, address: str) -> list[Queue]:
+        """Every anycast queue bound to ``address`` (each message goes to one of them)."""
+        return list(self.anycast.get(address, ()))
+
+    # -- routing a message ------------------------------------------------------------------------------
+    def next_anycast(self, address: str, payload: bytes) -> Queue | None:
+        """The anycast queue of ``address`` whose turn it is for this message (see the module docstring);
+        None when the address has none that takes it."""
+        bound = self.anycast.get(address)
+        if not bound:
+            return None
+        filtered = self.filtered
+        n = len(bound)
+        if n == 1:
+            q = bound[0]
+            return q if q.name not in filtered or self.admitted([q], payload) else None
+        start = self._turn.get(address, 0) % n
+        fallback = -1
+        for k in range(n):
+            i = (start + k) % n
+            q = bound[i]
+            if q.name in filtered and not self.admitted([q], payload):
+                continue
+            if q.consumer_count > 0:
+                self._turn[address] = i + 1
+                return q
+            if fallback < 0:
+                fallback = i
+        if fallback < 0:
+            return None
+        self._turn[address] = fallback + 1
+        return bound[fallback]
+
+    def bound_queues(self, address: str, routing_type: str | None, payload: bytes) -> list[Queue]:
+        """The queues of ``address`` a message with ``routing_type`` enters: one anycast queue
+        (ANYCAST), every multicast queue that takes it (MULTICAST), or both (None: a divert's STRIP)."""
+        out = []
+        if routing_type != MULTICAST:
+            q = self.next_anycast(address, payload)
+            if q is not None:
+                out.append(q)
+        if routing_type != ANYCAST:
+            subs = self.multicast.get(address)
+            if subs:
+                out.extend(self.admitted(subs, payload) if self.filtered else subs)
+        return out
+
+    def route(self, address: str, routing_type: str | None, payload: bytes, *, direct: Queue | None = None,
+              depth: int = 0, path: tuple = ()) -> list[tuple[Queue, bytes]]:
+        """Where a message sent to ``address`` goes, diverts included (:mod:`broker.diverts`): a list of
+        ``(queue, payload)``, the payload being a divert's copy for the queues it reached. ``direct``: the
+        message names that queue (FQQN or queue name): only the address's exclusive diverts apply to it,
+        as in Artemis' ``BindingsImpl.route``."""
+        out: list[tuple[Queue, bytes]] = []
+        taken = False
+        diverts = self.diverts
+        if diverts.active:
+            chosen, taken = diverts.select(address, payload, exclusive_only=direct is not None)
+            for d in chosen:
+                rt = _DIVERT_ROUTING.get(d.routing_type, routing_type)
+                for forward in d.forwarding_addresses:
+                    if forward == address or forward in path or depth >= MAX_DIVERT_DEPTH:
+                        log.debug("divert %s: %s not diverted again to %s (loop guard)", d.name, address, forward)
+                        continue
+                    copy = diverts.copy(d, payload, address, forward)
+                    if copy is not None:
+                        out.extend(self.route(forward, rt, copy, depth=depth + 1, path=path + (address,)))
+        if not taken:
+            if direct is not None:
+                if direct.name not in self.filtered or self.admitted([direct], payload):
+                    out.append((direct, payload))
+            else:
+                out.extend((q, payload) for q in self.bound_queues(address, routing_type, payload))
+        return out
 
     def lookup_queue(self, address: str) -> Queue | None:
         """The queue a link names: a queue name, ``address::queue`` (FQQN), or an address with anycast
@@ -217,10 +317,9 @@ class AddressModel:
             return self.queues.get(address.split("::", 1)[1])
         q = self.queues.get(address)
         if q is None:
-            name = next((n for n, i in self.queue_info.items()
-                         if i.address == address and i.routing_type == ANYCAST), None)
-            if name is not None:
-                return self.queues[name]
+            bound = self.anycast.get(address)
+            if bound:
+                return bound[0]  # a producer's link routes by address (DeliveryPath.attach); a consumer's takes it
         if q is None and self.cfg.settings_for(address).auto_create_queues and len(address) <= MAX_QUEUE_NAME:
             q = self.add_queue(address, address)
             log.info("auto-created queue %s", address)

@@ -25,7 +25,7 @@ import xml.etree.ElementTree as ET
 
 from wire.sasl import is_loopback
 
-from . import netconfig, xmlschema as xs
+from . import diverts as divertconfig, netconfig, xmlschema as xs
 from . import fedconfig  # Artemis core federation: <connectors>, <federations> ... (broker/fedconfig.py)
 from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
     ANY_WORDS, DELIMITER, SINGLE_WORD, Acceptor, AddressConfig,
@@ -146,7 +146,8 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
                        address_settings=[], broker_connections=[], warnings=ctx.warnings)
     seen: dict[str, int] = {}
     known = (set(xs.CORE_HANDLED) | xs.CORE_IGNORED | set(xs.CORE_UNSUPPORTED) | set(xs.CORE_LIMITS_UNENFORCED)
-             | set(xs.CORE_SECURITY_UNENFORCED) | set(xs.CORE_SECURITY_ENFORCED) | set(netconfig.CORE_ELEMENTS))
+             | set(xs.CORE_SECURITY_UNENFORCED) | set(xs.CORE_SECURITY_ENFORCED) | set(netconfig.CORE_ELEMENTS)
+             | set(divertconfig.CORE_ELEMENTS))
     known |= set(fedconfig.CORE_ELEMENTS)
     fed_elements: dict = {}   # parsed after the loop: federations refer to connectors written anywhere
     security_el = None
@@ -187,6 +188,10 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
                 cfg.network_connector_start_async = ctx.value(el, "bool")
             else:
                 cfg.bridge_policies = netconfig.parse_destination_policy(ctx, el)
+            continue
+        if name in divertconfig.CORE_ELEMENTS:   # Artemis diverts (broker/diverts.py)
+            _once(ctx, seen, name, el)
+            cfg.diverts = divertconfig.parse_diverts(ctx, el)
             continue
         if name in fedconfig.CORE_ELEMENTS:
             _once(ctx, seen, name, el)

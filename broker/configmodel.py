@@ -177,6 +177,8 @@ class BrokerConfig:
     discovery_groups: dict = field(default_factory=dict)
     broadcast_groups: dict = field(default_factory=dict)
     federations: list = field(default_factory=list)
+    #: <diverts> (broker/diverts.py): list[DivertConfig].
+    diverts: list = field(default_factory=list)
 
     @property
     def paging_path(self) -> str:

@@ -25,7 +25,7 @@ import itertools
 import logging
 from typing import Callable
 
-from broker.addressing import AddressModel
+from broker.addressing import ANYCAST, MULTICAST, AddressModel
 from broker.admission import Admission
 from broker.limits import DISCARD, PAGED, REJECT, RESOURCE_LIMIT_EXCEEDED, STORE_BLOCKED, AddressLimits
 from broker.links import BrokerLink
@@ -93,6 +93,7 @@ class DeliveryPath:
         Every consumer added or removed is reported to ``consumer_listeners``."""
         bl = self.register(engine, link, BrokerLink(link, engine, self, q, incoming, name))
         if incoming:
+            bl.address = self._routing_address(link)
             raw.link_flow(link, engine.app.link_capacity or LINK_CAPACITY)
         else:
             bl.presettled = presettled
@@ -106,6 +107,16 @@ class DeliveryPath:
                 q.set_credit(bl.consumer_id, credit)
                 self.dirty.add(q)
         return bl
+
+    def _routing_address(self, link) -> str | None:
+        """The address a producer's link bound to a queue routes by: the node it names, when that is an
+        address with anycast queues (each message goes to one of them in turn, diverts apply); None when
+        it names a queue (its name, or the FQQN ``address::queue``): then it stores into that queue."""
+        lo = raw.link_object(link)
+        named = lo.target.address or lo.remote_target.address
+        if named and "::" not in named and named in self.addressing.anycast:
+            return named
+        return None
 
     def unbind(self, bl: BrokerLink, *, failed: bool) -> None:
         """The link goes: its consumer's unsettled messages go back to the queue (counted as a failed
@@ -274,12 +285,26 @@ class DeliveryPath:
                 return
         addressing = self.addressing
         info = addressing.queue_info
-        targets = [bl.queue] if bl.mode is None else addressing.multicast_queues(bl.address)
-        address = bl.address if bl.mode is not None else info[bl.queue.name].address
-        if addressing.filtered:
-            # Queues with a <filter> take only the messages their selector selects; a message no queue
-            # takes is accepted and dropped, as Artemis drops a message routed to no queue.
-            targets = addressing.admitted(targets, payload)
+        anycast = bl.mode is None
+        direct = bl.queue if anycast and bl.address is None else None  # a link naming a queue
+        address = bl.address if direct is None else info[direct.name].address
+        copies = None  # per target: the payload a divert made for it, when diverts made copies
+        # Queues with a <filter> take only the messages their selector selects; a message no queue takes is
+        # accepted and dropped, as Artemis drops a message routed to no queue.
+        if addressing.diverts.active:
+            routes = addressing.route(address, ANYCAST if anycast else MULTICAST, payload, direct=direct)
+            targets = [q for q, _p in routes]
+            if any(p is not payload for _q, p in routes):
+                copies = [p for _q, p in routes]
+        elif direct is not None:
+            targets = [direct] if not addressing.filtered else addressing.admitted([direct], payload)
+        elif anycast:
+            q = addressing.next_anycast(address, payload)
+            targets = [q] if q is not None else []
+        else:
+            targets = addressing.multicast.get(address) or []
+            if addressing.filtered:
+                targets = addressing.admitted(targets, payload)
         storage = self.storage
         page_all = False
         if self.limits.active:
@@ -313,16 +338,22 @@ class DeliveryPath:
                 self.refuse(bl, d, f"Address is full: {address} and cannot page: {refusal}")
                 return
         rid = None
-        expires = msg.expires_at
+        sent_expiry = msg.expires_at  # before any queue's expiry-delay is put on msg
         for i, q in enumerate(targets):
-            m = msg if i == 0 else QueuedMessage(payload, priority=msg.priority, expires_at=expires,
-                                                 delivery_count=msg.delivery_count, enqueued_at=now)
+            body = payload if copies is None else copies[i]
+            if body is not payload:  # a divert's copy: its header may differ (a transformer)
+                m = QueuedMessage.from_bytes(body, now)
+                expires = m.expires_at
+            else:
+                m = msg if i == 0 else QueuedMessage(payload, priority=msg.priority, expires_at=sent_expiry,
+                                                     delivery_count=msg.delivery_count, enqueued_at=now)
+                expires = sent_expiry
             qi = info[q.name]
             if expires is None and qi.expiry_delay > 0:
                 m.expires_at = now + qi.expiry_delay  # Artemis' expiry-delay: only for messages without one
-            if durable and journal is not None and qi.durable:
+            if (m.durable if body is not payload else durable) and journal is not None and qi.durable:
                 try:
-                    rid = m.record_id = journal.append_message(q.name, payload, delivery_count=m.delivery_count)
+                    rid = m.record_id = journal.append_message(q.name, body, delivery_count=m.delivery_count)
                 except ValueError as exc:  # beyond the journal's record limits: refuse, keep the link
                     self.refuse(bl, d, str(exc))
                     return

@@ -219,7 +219,6 @@ TLS_URI_PARAMS_OFF = frozenset(("sslEnabled", "needClientAuth", "wantClientAuth"
 CORE_UNSUPPORTED = {
     "wildcard-addresses": "tdbroker uses the default wildcard syntax ('.', '*', '#') only",
     "literal-match-markers": "literal address-setting matches are not supported",
-    "diverts": "diverts are not implemented",
     "bridges": "core bridges are not implemented; use <broker-connections>",
     "queues": "the deprecated <queues> element is not supported; use <addresses>",
     "internal-naming-prefix": "internal address naming is fixed",
