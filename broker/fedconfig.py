@@ -730,7 +730,13 @@ def _parse_federation(ctx: Ctx, el, credentials: Credentials, connectors: dict, 
             uses.add("transformer", child.line)
         else:
             raise _unknown(ctx, child, "federation", FEDERATION_CHILDREN)
-    for ref, line in ref_lines:        # every reference resolves, and no policy-set contains itself
+    known = set(fed.address_policies) | set(fed.queue_policies) | set(fed.policy_sets)
+    for ref, line in ref_lines:        # every reference names a policy or policy-set ...
+        if ref not in known:
+            hint = did_you_mean(ref, known).replace("<", "").replace(">", "")
+            raise ctx.error(line, f"no address-policy, queue-policy or policy-set named {ref!r} in federation "
+                                  f"{fname!r}{hint}")
+    for ref, line in ref_lines:        # ... and no policy-set contains itself
         try:
             fed._expand(ref, [], ())
         except ValueError as exc:

@@ -91,7 +91,10 @@ def _import_class(class_name: str):
 def load_transformer(cfg: TransformerConfig) -> object:
     """Import, instantiate and ``init`` the transformer ``cfg`` names; ValueError with a clear message
     when that fails or the result has no callable ``transform``."""
-    cls = _import_class(cfg.class_name)
+    try:
+        cls = _import_class(cfg.class_name)
+    except ValueError as exc:
+        raise ValueError(f"transformer {cfg.name!r}: {exc}") from None
     if not callable(cls):
         raise ValueError(f"transformer {cfg.name!r}: {cfg.class_name!r} is not a class")
     try:
@@ -126,8 +129,9 @@ def apply_transformer(transformer, payload: bytes) -> bytes:
     message = proton.Message()
     try:
         message.decode(payload)
-    except proton.MessageException as exc:
-        raise ValueError(f"transformer {_describe(transformer)}: the message does not decode: {exc}") from None
+    except Exception as exc:   # proton's decoder: MessageException, DataException ...
+        raise ValueError(f"transformer {_describe(transformer)}: the message does not decode: "
+                         f"{type(exc).__name__}: {exc}") from None
     try:
         out = transformer.transform(message)
     except Exception as exc:
