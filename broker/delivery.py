@@ -4,6 +4,12 @@ the broker binds (its :class:`broker.links.BrokerLink` records are registered wi
 :meth:`wire.connection.EngineConnection.own_link`): wire hands it whole messages, however many frames they
 took, and drops aborted ones itself. Per-message work uses the raw calls of :mod:`wire.raw`.
 
+Routing (:meth:`DeliveryPath.store`): a producer's link bound to a queue stores into that queue when it
+names the queue (its name, or ``address::queue``); when it names an address with anycast queues
+(``BrokerLink.address`` set at attach), each message goes to one of them in turn; a link on a multicast
+address copies to every multicast queue. With ``<diverts>`` configured, :meth:`AddressModel.route
+<broker.addressing.AddressModel.route>` decides, and queues a divert reached get its copy.
+
 Durability: a message whose header says durable is appended to the journal and enqueued at once (the
 journal's order puts any later acknowledgement after it), but its delivery is settled ``accepted`` only
 once the group committer reports its record on disk (:meth:`broker.server.Broker.durable_up_to`).
@@ -361,7 +367,7 @@ class DeliveryPath:
             else:
                 m.durable = False
             if page_all or storage.must_page(q):
-                storage.page(q, m, address)
+                storage.page(q, m, address if body is payload else qi.address)
             else:
                 q.enqueue(m)
                 self.dirty.add(q)
