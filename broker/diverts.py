@@ -355,11 +355,14 @@ class Diverts:
         return out
 
 
-def divert_sources(diverts: list[DivertConfig], forwarding_address: str) -> list[str]:
-    """The ``<address>`` of every divert of ``diverts`` (a configuration's ``cfg.diverts``) that forwards to
-    ``forwarding_address`` (:meth:`Diverts.divert_sources` without the run-time state)."""
-    out: list[str] = []
-    for d in diverts:
-        if forwarding_address in d.forwarding_addresses and d.address not in out:
-            out.append(d.address)
-    return out
+def divert_sources(source, forwarding_address: str, *, transitive: bool = False) -> list[str]:
+    """:meth:`Diverts.divert_sources` for whatever holds the diverts: a :class:`broker.server.Broker`, its
+    :class:`broker.addressing.AddressModel`, a :class:`Diverts`, a ``BrokerConfig`` or a list of
+    :class:`DivertConfig` (``cfg.diverts``). Federation's ``enable-divert-bindings`` calls it."""
+    if isinstance(source, Diverts):
+        return source.divert_sources(forwarding_address, transitive=transitive)
+    addressing = getattr(source, "addressing", None)          # a Broker
+    held = getattr(addressing if addressing is not None else source, "diverts", source)
+    if isinstance(held, Diverts):                              # a Broker's or an AddressModel's
+        return held.divert_sources(forwarding_address, transitive=transitive)
+    return Diverts(list(held or [])).divert_sources(forwarding_address, transitive=transitive)  # config / list
