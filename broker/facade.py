@@ -18,6 +18,13 @@ target of the same connector) and one per reverse half of a peer's duplex connec
 ``name@peer-host:port``: it is the peer's to start and stop). ActiveMQ's NetworkConnectorViewMBean
 ``start()``/``stop()`` act on a whole connector: so do ``start_network_connector`` and
 ``stop_network_connector`` given its name; given a ``name@host:port`` identity, on that one target.
+
+Address federation (docs/federation-protocol.md) is read from :attr:`broker.Broker.federation`: a row per stream
+(``FederationPart.mgmt_streams``: our ``<upstream>`` and ``<downstream>`` elements and the upstreams a remote
+downstream's command made here), identity ``<federation>/<stream>``, and a row per federation queue that
+another broker's federation keeps here (``FederationPart.federated_queues``, with the queue's counts).
+``start_federation_stream`` / ``stop_federation_stream`` turn a stream's dial loop on and off, as
+``start_network_connector`` / ``stop_network_connector`` do a bridge's.
 """
 
 from __future__ import annotations
@@ -120,6 +127,32 @@ class ManagementFacade:
                          "direction": "duplex (remote's)", "identity": f"{bridge.connector.name}@{remote}"})
         return rows
 
+    def mgmt_federation_streams(self) -> list[dict]:
+        """Every federation stream (see the module docstring), ``identity`` ``<federation>/<stream>``."""
+        return [{**row, "name": f"{row['federation']}/{row['stream']}",
+                 "identity": f"{row['federation']}/{row['stream']}"}
+                for row in self.broker.federation.mgmt_streams()]
+
+    def mgmt_federation_queues(self) -> list[dict]:
+        """The federation queues other brokers' federations keep here: their link's settings (the origin
+        broker's id and, when it is a network peer, its name) and the queue's message and consumer counts."""
+        peers = self.broker.network.peers
+        rows = []
+        for name, settings in self.broker.federation.federated_queues.items():
+            q = self.addressing.queues.get(name)
+            info = self.addressing.queue_info.get(name)
+            if q is None or info is None:
+                continue
+            origin = settings.get("origin")
+            rows.append({"name": name, "address": info.address, "origin": origin or "",
+                         "originName": (peers.get(origin) or {}).get("name") or "" if origin else "",
+                         "maxHops": settings.get("max-hops"), "autoDelete": settings.get("auto-delete"),
+                         "autoDeleteDelay": settings.get("auto-delete-delay"),
+                         "autoDeleteMessageCount": settings.get("auto-delete-message-count"),
+                         "messageCount": q.message_count + self.storage.paged_stats(name)[0],
+                         "consumerCount": q.consumer_count})
+        return rows
+
     def _peer_duplex_bridges(self) -> list:
         return [b for b in self.broker.network.bridges if b.direction == "duplex"]
 
@@ -183,6 +216,29 @@ class ManagementFacade:
             ctl.stop()
         log.info("network connector %s stopped by management", name)
 
+    def start_federation_stream(self, identity: str) -> None:
+        """Start a federation stream's dial loop (``<federation>/<stream>``); KeyError when unknown."""
+        for ctl in self._federation_controls(identity):
+            ctl.start()
+        log.info("federation stream %s started by management", identity)
+
+    def stop_federation_stream(self, identity: str) -> None:
+        """Stop a federation stream: its connection closes (an upstream's federation queues stay on the
+        upstream broker until their auto-delete) and it does not reconnect until started."""
+        for ctl in self._federation_controls(identity):
+            ctl.stop()
+        log.info("federation stream %s stopped by management", identity)
+
+    def _federation_controls(self, identity: str) -> list:
+        part = self.broker.federation
+        controls = [ctl for ctl in part.controls if _stream_identity(ctl) == identity]
+        if controls:
+            return controls
+        if any(f"{r['federation']}/{r['stream']}" == identity for r in part.mgmt_streams()):
+            raise ValueError(f"federation stream {identity} has no dial loop: the federation runtime is not "
+                             "running")
+        raise KeyError(f"federation stream {identity}")
+
     def _network_controls(self, name: str) -> list:
         net = self.broker.network
         controls = [ctl for key, ctl in net.controls.items() if key == name or ctl.connector.name == name]
@@ -192,3 +248,11 @@ class ManagementFacade:
             raise ValueError(f"network connector {name} is a peer's duplex connector: start or stop it on "
                              "that broker")
         raise KeyError(f"network connector {name}")
+
+
+def _stream_identity(ctl) -> str:
+    """``<federation>/<stream>`` of a federation dial loop's control (an upstream's or a downstream's)."""
+    up = getattr(ctl, "upstream", None)
+    if up is not None:
+        return up.name
+    return f"{ctl.federation.name}/{ctl.stream.name}"

@@ -7,13 +7,18 @@ Entity types (Artemis names): ``org.apache.activemq.artemis.queue`` (QUERY, READ
 brokers (docs/networks.md) ``org.apache.activemq.artemis.network`` (QUERY, READ: the broker's network id,
 peers and duplicates dropped) and ``org.apache.activemq.artemis.networkBridge`` (QUERY, READ,
 ``startNetworkConnector``, ``stopNetworkConnector``: ActiveMQ Classic's NetworkConnectorViewMBean
-``start()``/``stop()``). Short names (``queue``, ``address``, ``brokerConnection``, ``network``,
-``networkBridge``) are accepted too.
+``start()``/``stop()``), and for address federation (docs/federation-protocol.md)
+``org.apache.activemq.artemis.federationStream`` (QUERY, READ, ``startFederationStream``,
+``stopFederationStream``: identity ``<federation>/<stream>``) and ``org.apache.activemq.artemis.federationQueue``
+(QUERY, READ: the federation queues other brokers keep here). Short names (``queue``, ``address``,
+``brokerConnection``, ``network``, ``networkBridge``, ``federationStream``, ``federationQueue``) are accepted
+too.
 
 The agent only calls the broker's management facade (``mgmt_queues``, ``mgmt_addresses``,
 ``mgmt_connections``, ``create_queue``, ``delete_queue``, ``purge_queue``, ``start_broker_connection``,
 ``stop_broker_connection``, which the broker offers by delegation; ``mgmt_network``,
-``mgmt_network_bridges``, ``start_network_connector``, ``stop_network_connector``, which it calls on the
+``mgmt_network_bridges``, ``start_network_connector``, ``stop_network_connector``, ``mgmt_federation_streams``,
+``mgmt_federation_queues``, ``start_federation_stream``, ``stop_federation_stream``, which it calls on the
 broker's ``facade`` part): KeyError from it means an unknown name
 (404), ValueError an invalid request (400). Anyone who can reach the broker's ``$management`` can change
 it: there is no policy yet.
@@ -35,6 +40,8 @@ ADDRESS = ARTEMIS + "address"
 BROKER_CONNECTION = ARTEMIS + "brokerConnection"
 NETWORK = ARTEMIS + "network"
 NETWORK_BRIDGE = ARTEMIS + "networkBridge"
+FEDERATION_STREAM = ARTEMIS + "federationStream"
+FEDERATION_QUEUE = ARTEMIS + "federationQueue"
 
 # temporary: a dynamic (reply) queue that goes with its consumer. messageCount includes paged messages
 # (as Artemis counts them); paging / pagedMessageCount / pagedSize: what of it is in page files (tdbroker).
@@ -56,15 +63,30 @@ NETWORK_ATTRIBUTES = ("name", "identity", "type", "brokerId", "peers", "bridgeCo
 NETWORK_BRIDGE_ATTRIBUTES = ("name", "identity", "type", "remote", "direction", "duplex", "state",
                              "reconnectAttempts", "connections", "lastError", "peer", "peerId", "demand",
                              "forwarded")
+# One row per federation stream (broker/facade.py): name and identity "<federation>/<stream>"; kind upstream
+# or downstream; state stopped/connecting/connected/failed; peer the connected broker's name; addresses a list
+# of {address, policy, copied} (an upstream's federation queues consumed now); copied the messages taken
+# over the current connection; command (a downstream's: sent, accepted or refused) and lastError.
+FEDERATION_STREAM_ATTRIBUTES = ("name", "identity", "type", "federation", "stream", "kind", "state", "peer",
+                                "reconnectAttempts", "remote", "addresses", "copied", "command", "lastError")
+# One row per federation queue another broker's federation keeps here: origin that broker's id (originName
+# its name when it is a network peer), its link's max-hops and auto-delete settings (delay in ms; message
+# count -1: any), and the queue's messageCount and consumerCount.
+FEDERATION_QUEUE_ATTRIBUTES = ("name", "identity", "type", "address", "origin", "originName", "maxHops",
+                               "autoDelete", "autoDeleteDelay", "autoDeleteMessageCount", "messageCount",
+                               "consumerCount")
 
 ATTRIBUTES = {QUEUE: QUEUE_ATTRIBUTES, ADDRESS: ADDRESS_ATTRIBUTES, BROKER_CONNECTION: CONNECTION_ATTRIBUTES,
-              NETWORK: NETWORK_ATTRIBUTES, NETWORK_BRIDGE: NETWORK_BRIDGE_ATTRIBUTES}
+              NETWORK: NETWORK_ATTRIBUTES, NETWORK_BRIDGE: NETWORK_BRIDGE_ATTRIBUTES,
+              FEDERATION_STREAM: FEDERATION_STREAM_ATTRIBUTES, FEDERATION_QUEUE: FEDERATION_QUEUE_ATTRIBUTES}
 OPERATIONS = {
     QUEUE: ("QUERY", "READ", "CREATE", "DELETE", "PURGE"),
     ADDRESS: ("QUERY", "READ"),
     BROKER_CONNECTION: ("QUERY", "READ", "startBrokerConnection", "stopBrokerConnection"),
     NETWORK: ("QUERY", "READ"),
     NETWORK_BRIDGE: ("QUERY", "READ", "startNetworkConnector", "stopNetworkConnector"),
+    FEDERATION_STREAM: ("QUERY", "READ", "startFederationStream", "stopFederationStream"),
+    FEDERATION_QUEUE: ("QUERY", "READ"),
 }
 # Management requests that are not about one entity type.
 NODE_OPERATIONS = ("QUERY", "GET-TYPES", "GET-ATTRIBUTES", "GET-OPERATIONS", "GET-MGMT-NODES")
@@ -108,6 +130,10 @@ class BrokerManagement:
             source = b.mgmt_connections()
         elif type_name == NETWORK:
             source = self.facade.mgmt_network()
+        elif type_name == FEDERATION_STREAM:
+            source = self.facade.mgmt_federation_streams()
+        elif type_name == FEDERATION_QUEUE:
+            source = self.facade.mgmt_federation_queues()
         else:
             source = self.facade.mgmt_network_bridges()
         out = []
@@ -152,6 +178,8 @@ class BrokerManagement:
             return self._broker_connection(req, start=op.startswith("START"))
         if op in ("STARTNETWORKCONNECTOR", "STOPNETWORKCONNECTOR"):
             return self._network_connector(req, start=op.startswith("START"))
+        if op in ("STARTFEDERATIONSTREAM", "STOPFEDERATIONSTREAM"):
+            return self._federation_stream(req, start=op.startswith("START"))
         type_name = self._type(req.type)
         if op not in ("READ", "CREATE", "DELETE", "UPDATE", "PURGE"):
             raise ManagementError(wm.NOT_IMPLEMENTED, f"operation '{op}' is not implemented")
@@ -228,6 +256,18 @@ class BrokerManagement:
         rows = [r for r in self.rows(NETWORK_BRIDGE) if name in (r["name"], r["identity"])
                 and r["direction"] != "duplex (remote's)"]
         return wm.OK, {"name": name, "bridges": rows}
+
+    def _federation_stream(self, req: wm.Request, *, start: bool) -> tuple[int, Any]:
+        """Start or stop a federation stream by its identity ``<federation>/<stream>``; the answer is its
+        row now (the Trio side connects or closes soon after)."""
+        name = self._named(req, FEDERATION_STREAM)
+        if start:
+            self.facade.start_federation_stream(name)
+        else:
+            self.facade.stop_federation_stream(name)
+        log.info("management: %s federation stream %s", "started" if start else "stopped", name)
+        row = next((r for r in self.rows(FEDERATION_STREAM) if r["identity"] == name), {"name": name})
+        return wm.OK, row
 
     def _broker_connection(self, req: wm.Request, *, start: bool) -> tuple[int, Any]:
         name = self._named(req, BROKER_CONNECTION)
