@@ -679,3 +679,23 @@ def test_policies_for_on_an_unparsed_federation_names_the_bad_ref():
     stream = Stream("upstream", "u", None, None, policy_refs=["missing"])
     with pytest.raises(ValueError, match="no address-policy, queue-policy or policy-set named 'missing'"):
         fed.policies_for(stream)
+
+
+# --- docs/federation.md -----------------------------------------------------------------------------------------
+
+def test_the_user_documentation_covers_every_name_and_the_gate():
+    from tests.paths import REPO
+    doc = (REPO / "docs" / "federation.md").read_text(encoding="utf-8")
+    names = (list(fedconfig.STREAM_SETTINGS) + list(fedconfig.ADDRESS_POLICY_ATTRS)
+             + list(fedconfig.QUEUE_POLICY_ATTRS) + list(fedconfig.FEDERATION_ATTRS) + list(fedconfig.FEATURES)
+             + ["static-connectors", "discovery-group-ref", "upstream-connector-ref", "policy-set", "class-name",
+                "group-address", "group-port", "local-bind-address", "local-bind-port", "refresh-timeout",
+                "initial-wait-timeout", "broadcast-period", "connector-ref"])
+    missing = [n for n in names if f"`{n}`" not in doc and f"`<{n}>`" not in doc]
+    assert not missing, f"docs/federation.md does not mention {missing}"
+    for key in fedconfig.FEATURES:
+        assert f"| `{key}` |" in doc, key
+    enforced = next(line for line in doc.splitlines() if line.startswith("Enforced today:"))
+    listed = set(enforced.split(":", 1)[1].replace("`", "").rstrip(".").replace(" ", "").split(","))
+    assert listed == fedconfig.RUNTIME_SUPPORTS, "update 'Enforced today:' in docs/federation.md"
+    assert "\n## How it works\n" in doc
