@@ -130,10 +130,11 @@ class BrokerManagement:
             source = b.mgmt_connections()
         elif type_name == NETWORK:
             source = self.facade.mgmt_network()
-        elif type_name == FEDERATION_STREAM:
-            source = self.facade.mgmt_federation_streams()
-        elif type_name == FEDERATION_QUEUE:
-            source = self.facade.mgmt_federation_queues()
+        elif type_name in (FEDERATION_STREAM, FEDERATION_QUEUE):
+            # a facade without federation (a test's fake of the network part) has no such rows
+            view = getattr(self.facade, "mgmt_federation_streams" if type_name == FEDERATION_STREAM
+                           else "mgmt_federation_queues", None)
+            source = view() if view is not None else []
         else:
             source = self.facade.mgmt_network_bridges()
         out = []
