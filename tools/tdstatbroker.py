@@ -1,4 +1,5 @@
-"""``tdstat --broker``: a tdbroker's queues, broker connections and network bridges (docs/management.md).
+"""``tdstat --broker``: a tdbroker's queues, broker connections, network bridges and federation
+(docs/management.md).
 
 A tdbroker has no qdstat view of its own, so the tables keep qdstat's layout (:class:`tools.tdstat.Table`)
 with Artemis' and ActiveMQ's names for what they show:
@@ -7,7 +8,11 @@ with Artemis' and ActiveMQ's names for what they show:
   always;
 * **Network**, **Network Bridges** and **Network Demand**: only when the broker is part of a network of
   brokers (docs/networks.md) -- it has a ``<networkConnector>``, a peer's duplex bridge, a network peer or
-  a dropped duplicate -- so a broker outside any network prints what it always printed.
+  a dropped duplicate -- so a broker outside any network prints what it always printed;
+* **Federation Streams** and **Federated Addresses**: only when the broker has a federation stream (an
+  ``<upstream>`` or ``<downstream>``, or an upstream a remote downstream's command made), and **Federation
+  Queues (kept for other brokers)**: only when other brokers' federations keep queues here
+  (docs/federation-protocol.md).
 
 Rendering is pure (rows in, tables out) so it is tested from canned rows; :func:`fetch_broker` does the
 management QUERYs (broker/management.py's entity types). tools/tdstat.py imports this module when it
@@ -26,12 +31,17 @@ BROKER_CONNECTION_ATTRS = ["name", "uri", "status", "links"]
 NETWORK_ATTRS = ["name", "brokerId", "peers", "bridgeCount", "duplicatesDropped"]
 NETWORK_BRIDGE_ATTRS = ["name", "identity", "remote", "direction", "state", "reconnectAttempts", "connections",
                         "lastError", "peer", "demand", "forwarded"]
+FEDERATION_STREAM_ATTRS = ["identity", "federation", "stream", "kind", "state", "peer", "reconnectAttempts",
+                           "copied", "remote", "addresses", "command", "lastError"]
+FEDERATION_QUEUE_ATTRS = ["name", "address", "origin", "originName", "maxHops", "autoDelete", "autoDeleteDelay",
+                          "autoDeleteMessageCount", "messageCount", "consumerCount"]
 #: What the placeholder cells show: a bridge that is not connected has no peer yet (qdstat's "-").
 NONE = "-"
 
 
 def render_broker(queues: list[dict], connections: list[dict], verbose: bool = False, *,
-                  network: list[dict] | None = None, bridges: list[dict] | None = None) -> list[Table]:
+                  network: list[dict] | None = None, bridges: list[dict] | None = None,
+                  streams: list[dict] | None = None, federation_queues: list[dict] | None = None) -> list[Table]:
     """The tables of ``tdstat --broker`` (see the module docstring)."""
     queues = [q for q in queues if verbose or not q.get("temporary")]
     q_rows = [[q.get("name"), q.get("address"), q.get("routingType"), "yes" if q.get("durable") else "no",
@@ -43,7 +53,8 @@ def render_broker(queues: list[dict], connections: list[dict], verbose: bool = F
     tables = [Table("Queues", ["name", "address", "routing", "durable", "messages", "paged", "consumers",
                                 "delivered", "acked", "dead-lettered"], q_rows),
               Table("\nBroker Connections", ["name", "uri", "status", "links"], c_rows)]
-    return tables + render_network(network or [], bridges or [], verbose)
+    return (tables + render_network(network or [], bridges or [], verbose)
+            + render_federation(streams or [], federation_queues or [], verbose))
 
 
 def in_a_network(network: list[dict], bridges: list[dict]) -> bool:
@@ -86,6 +97,51 @@ def render_network(network: list[dict], bridges: list[dict], verbose: bool = Fal
             Table("\nNetwork Demand", d_headers, d_rows)]
 
 
+def _stream_name(s: dict) -> str:
+    return s.get("identity") or f"{s.get('federation')}/{s.get('stream')}"
+
+
+def render_federation(streams: list[dict], queues: list[dict], verbose: bool = False) -> list[Table]:
+    """Federation Streams (each upstream and downstream: its state, peer and the messages it copied over its
+    connection), Federated Addresses (per upstream, each address it federates now: a federation queue on the
+    upstream broker) and Federation Queues (kept for other brokers): the federation queues other brokers'
+    upstreams consume here, with their link's max-hops and auto-delete settings. Each only when it has rows."""
+    tables = []
+    if streams:
+        streams = sorted(streams, key=lambda s: (str(s.get("federation")), str(s.get("stream")),
+                                                 str(s.get("kind"))))
+        s_headers = ["federation", "stream", "kind", "state", "peer", "reconnect attempts", "copied", "remote"]
+        if verbose:
+            s_headers += ["command", "last error"]
+        s_rows, a_rows = [], []
+        for s in streams:
+            row = [s.get("federation"), s.get("stream"), s.get("kind"), s.get("state"), s.get("peer") or NONE,
+                   s.get("reconnectAttempts"), s.get("copied"), s.get("remote")]
+            if verbose:
+                row += [s.get("command") or NONE, s.get("lastError") or NONE]
+            s_rows.append(row)
+            for a in sorted(s.get("addresses") or [], key=lambda a: str(a.get("address"))):
+                a_rows.append([_stream_name(s), a.get("address"), a.get("policy"), a.get("copied")])
+        tables += [Table("\nFederation Streams", s_headers, s_rows),
+                   Table("\nFederated Addresses", ["stream", "address", "policy", "copied"], a_rows)]
+    if queues:
+        q_headers = ["queue", "address", "origin", "max hops", "auto-delete", "delay ms", "message limit",
+                     "messages", "consumers"]
+        if verbose:
+            q_headers += ["origin id"]
+        q_rows = []
+        for q in sorted(queues, key=lambda q: str(q.get("name"))):
+            limit = q.get("autoDeleteMessageCount")
+            row = [q.get("name"), q.get("address"), q.get("originName") or q.get("origin") or NONE,
+                   q.get("maxHops"), "yes" if q.get("autoDelete") else "no", q.get("autoDeleteDelay"),
+                   "any" if limit == -1 else limit, q.get("messageCount"), q.get("consumerCount")]
+            if verbose:
+                row += [q.get("origin") or NONE]
+            q_rows.append(row)
+        tables.append(Table("\nFederation Queues (kept for other brokers)", q_headers, q_rows))
+    return tables
+
+
 def fetch_broker(client: ManagementClient, limit: int | None = None) -> dict:
     """The rows ``tdstat --broker`` shows, keyed as its ``--json`` prints them."""
     return {
@@ -93,8 +149,11 @@ def fetch_broker(client: ManagementClient, limit: int | None = None) -> dict:
         "brokerConnections": client.query(ARTEMIS + "brokerConnection", BROKER_CONNECTION_ATTRS, limit=limit),
         "network": client.query(ARTEMIS + "network", NETWORK_ATTRS),
         "networkBridges": client.query(ARTEMIS + "networkBridge", NETWORK_BRIDGE_ATTRS, limit=limit),
+        "federationStreams": client.query(ARTEMIS + "federationStream", FEDERATION_STREAM_ATTRS, limit=limit),
+        "federationQueues": client.query(ARTEMIS + "federationQueue", FEDERATION_QUEUE_ATTRS, limit=limit),
     }
 
 
-__all__ = ["BROKER_CONNECTION_ATTRS", "NETWORK_ATTRS", "NETWORK_BRIDGE_ATTRS", "QUEUE_ATTRS", "fetch_broker",
-           "in_a_network", "render_broker", "render_network"]
+__all__ = ["BROKER_CONNECTION_ATTRS", "FEDERATION_QUEUE_ATTRS", "FEDERATION_STREAM_ATTRS", "NETWORK_ATTRS",
+           "NETWORK_BRIDGE_ATTRS", "QUEUE_ATTRS", "fetch_broker", "in_a_network", "render_broker",
+           "render_federation", "render_network"]
