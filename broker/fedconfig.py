@@ -42,7 +42,7 @@ CORE_ELEMENTS = ("connectors", "discovery-groups", "broadcast-groups", "federati
 #: What the federation runtime enforces today; the runtime's author edits this set. Every other key of
 #: FEATURES that a configuration uses is refused at start-up with "FILE:LINE: <what> is parsed but not
 #: implemented yet".
-RUNTIME_SUPPORTS = {"address-policy", "downstream", "transformer"}
+RUNTIME_SUPPORTS = {"address-policy", "downstream", "transformer", "enable-divert-bindings"}
 
 #: Feature key -> what the refusal calls it.
 FEATURES = {
@@ -574,6 +574,10 @@ def _parse_stream(ctx: Ctx, kind: str, el, fed_login, credentials: Credentials, 
         elif name == "upstream-connector-ref" and kind == "downstream":
             _once(ctx, seen, name, child)
             upstream_connector = _connector_ref(ctx, child, connectors, what + " upstream-connector-ref")
+            if connectors[upstream_connector].tls is not None:
+                # the command carries host and port only: the remote broker could not check our certificate
+                raise ctx.error(child, f"{what} upstream-connector-ref {upstream_connector!r} uses TLS: the "
+                                       "remote broker dials back in plain AMQP only (not implemented yet)")
         else:
             raise _unknown(ctx, child, kind, choices)
     if static and discovery:

@@ -293,7 +293,8 @@ class FederationPart:
             if divert_sources is not None:
                 for target in set(diverted):
                     for source in divert_sources(self.broker, target):
-                        self._match(up, source, out, diverts_only=True)
+                        if not any(w in source.split(".") for w in ("#", "*")):  # a wildcard divert names no address
+                            self._match(up, source, out, diverts_only=True)
         return out
 
     @staticmethod

@@ -264,7 +264,6 @@ ERRORS = [
     ("<journal-file-size>lots</journal-file-size>", "lots",
      "<journal-file-size> must be a byte size such as 10485760, 10M or 10MiB, got 'lots'"),
     ("<name>a</name>\n<name>b</name>", "<name>b", "duplicate <name> (first at line 5)"),
-    ("<diverts/>", "<diverts/>", "<diverts> is not supported by tdbroker: diverts are not implemented"),
     ("<broker-connections>\n<amqp-connection name=\"r\"/>\n</broker-connections>", "amqp-connection name",
      "<amqp-connection> needs a uri=\"...\" attribute"),
     ("<broker-connections>\n<amqp-connection uri=\"tcp://h:1\" name=\"r\" retry-intervall=\"5\"/>\n"

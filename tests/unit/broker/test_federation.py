@@ -16,7 +16,9 @@ from tests.unit.enginepair import Pipe, RouterHarness, pump
 
 XML = """<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
   <name>{name}</name><persistence-enabled>false</persistence-enabled>
-  <addresses><address name="news"><multicast/></address><address name="other"><multicast/></address></addresses>
+  <addresses><address name="news"><multicast/></address><address name="other"><multicast/></address>
+    <address name="copies"><anycast><queue name="copies"/></anycast></address></addresses>
+  {extra}
 </core></configuration>"""
 
 
@@ -44,12 +46,12 @@ def federation(name: str, upstream: str, pol):
 class Fed:
     """Brokers by name; ``link(down, up, policy)`` gives ``down`` an upstream to ``up``, connected in memory."""
 
-    def __init__(self, *names, federations=None):
+    def __init__(self, *names, federations=None, extra=None):
         self.clock = Clock()
         self.brokers = {}
         self.harness = {}
         for n in names:
-            cfg = parse_broker_config(XML.format(name=n))
+            cfg = parse_broker_config(XML.format(name=n, extra=(extra or {}).get(n, "")))
             cfg.federations = (federations or {}).get(n, [])
             b = self.brokers[n] = Broker(cfg, clock=self.clock)
             self.harness[n] = RouterHarness(router=b)
@@ -208,3 +210,33 @@ def test_a_downstreams_command_makes_the_remote_broker_federate_back():
     d = p.send(s, proton.Message(body={"federation": "f"}))
     fed.pump()
     assert d.remote_state == proton.Delivery.REJECTED
+
+
+def test_a_tls_upstream_connector_ref_is_refused_at_start_up(tmp_path):
+    import pytest
+
+    from broker.xmlschema import BrokerConfigError
+
+    text = """<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <connectors><connector name="remote">tcp://127.0.0.1:5999</connector>
+    <connector name="me">tcp://127.0.0.1:5998?sslEnabled=true</connector></connectors>
+  <federations><federation name="f"><downstream name="d">
+    <static-connectors><connector-ref>remote</connector-ref></static-connectors>
+    <upstream-connector-ref>me</upstream-connector-ref><policy ref="p"/></downstream>
+    <address-policy name="p"/></federation></federations>
+</core></configuration>"""
+    with pytest.raises(BrokerConfigError, match=r":6: .*upstream-connector-ref 'me' uses TLS"):
+        parse_broker_config(text)
+
+
+DIVERT = """<diverts><divert name="keep-a-copy"><address>news</address><forwarding-address>copies</forwarding-address>
+  </divert></diverts>"""
+
+
+def test_enable_divert_bindings_makes_a_divert_forwarding_queue_demand_for_its_source_address():
+    for enabled, pulled in ((False, 0), (True, 1)):
+        fed = Fed("D", "U", federations={"D": [federation("f", "U", policy(enable_divert_bindings=enabled))]},
+                  extra={"D": DIVERT})
+        fed.connect("D", "U")
+        fed.publish("U", ["diverted"])
+        assert fed.brokers["D"].queues["copies"].message_count == pulled, enabled
