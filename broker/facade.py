@@ -128,9 +128,11 @@ class ManagementFacade:
         return rows
 
     def mgmt_federation_streams(self) -> list[dict]:
-        """Every federation stream (see the module docstring), ``identity`` ``<federation>/<stream>``."""
+        """Every federation stream (see the module docstring), ``identity`` ``<federation>/<stream>``; the
+        peer only while connected (an upstream remembers its last peer after the connection closed)."""
         return [{**row, "name": f"{row['federation']}/{row['stream']}",
-                 "identity": f"{row['federation']}/{row['stream']}"}
+                 "identity": f"{row['federation']}/{row['stream']}",
+                 "peer": row.get("peer") if row.get("state") == "connected" else ""}
                 for row in self.broker.federation.mgmt_streams()]
 
     def mgmt_federation_queues(self) -> list[dict]:
