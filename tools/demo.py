@@ -23,6 +23,10 @@ messages until a consumer's link arrives.
 ``tddemo network``: two tdbrokers, A with a duplex network connector to B (docs/networks.md); messages sent
 on A follow a consumer to B, and back to A when the consumer moves there (tools/demonet.py).
 
+``tddemo federation``: three tdbrokers federate the multicast address ``news`` Artemis-style (brokers 2 and 3
+from broker 1, broker 1 from both with max-hops 1); a subscriber on each broker gets every message
+published on broker 1 exactly once (tools/demofed.py).
+
 The clients use proton's reactor API (one Container, timers for the narration): a demo is about
 behaviour, not speed.
 
@@ -517,6 +521,20 @@ def network(count: int) -> None:
         except DemoFailed as exc:
             raise click.ClickException(f"network: {exc}") from None
     say("done", "network: the messages went where the consumer was, each exactly once")
+
+
+@main.command()
+@click.option("--count", default=20, show_default=True, help="Messages to publish on broker 1.")
+def federation(count: int) -> None:
+    """Three federated brokers: every subscriber on every broker gets each message exactly once."""
+    from tools.demofed import DemoFailed, FederationDemo
+
+    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp:
+        try:
+            FederationDemo(tmp, count, say=say, daemon=Daemon).run()
+        except DemoFailed as exc:
+            raise click.ClickException(f"federation: {exc}") from None
+    say("done", "federation: every subscriber on every broker got each message exactly once")
 
 
 if __name__ == "__main__":
