@@ -89,18 +89,23 @@ class DeliveryPath:
 
     def attach(self, engine, link, q: Queue, *, incoming: bool, name: str = "",
                presettled: bool = False, priority: int = 0, accepts=None, selector: str | None = None,
-               transform=None, demand=None) -> BrokerLink:
+               transform=None, demand=None, pulled: bool = False) -> BrokerLink:
         """Bind a link to a queue: credit for a receiving link, a consumer for a sending one.
 
         For a consumer: ``priority`` and ``accepts`` as :meth:`broker.queue.Queue.add_consumer` takes
         them; ``selector`` the JMS selector text it was given (what network advisories report);
         ``transform`` (bytes -> bytes) rewrites each message as it leaves (a network bridge adds its
         broker to the path); ``demand`` the network demand the consumer stands for (None: a client).
-        Every consumer added or removed is reported to ``consumer_listeners``."""
+        Every consumer added or removed is reported to ``consumer_listeners``.
+
+        For a receiving link: ``pulled`` leaves its credit to its owner (a queue federation receiver pulls
+        only while local consumers wait): no window, no credit back per message."""
         bl = self.register(engine, link, BrokerLink(link, engine, self, q, incoming, name))
         if incoming:
             bl.address = self._routing_address(link)
-            raw.link_flow(link, engine.app.link_capacity or LINK_CAPACITY)
+            bl.pulled = pulled
+            if not pulled:
+                raw.link_flow(link, engine.app.link_capacity or LINK_CAPACITY)
         else:
             bl.presettled = presettled
             bl.consumer_id = next(_consumer_ids)
@@ -250,7 +255,10 @@ class DeliveryPath:
 
     def give_credit(self, bl: BrokerLink) -> None:
         """One credit back for a stored (or refused) message, unless its address is full under the BLOCK
-        policy: then it is owed until consumers make room (see broker.limits)."""
+        policy: then it is owed until consumers make room (see broker.limits). A pulled link's owner
+        gives its credit itself."""
+        if bl.pulled:
+            return
         limits = self.limits
         if limits.active and bl.mode != BrokerLink.MANAGEMENT:
             address, queues = self.admission.scope(bl)

@@ -55,6 +55,11 @@ FED_HOPS_ANNOTATION = "x-opt-amq-fed-hops"
 #: Link property of a federation receiver: {origin, max-hops, auto-delete, auto-delete-delay,
 #: auto-delete-message-count}.
 LINK_FEDERATION = "td.federation"
+#: Link property of a queue federation receiver: {origin, priority}.
+LINK_FEDERATION_QUEUE = "td.federation-queue"
+#: Most credit a queue federation receiver has out at a time (its local consumers' credit, at most this):
+#: credit cannot be taken back, so this bounds what is pulled after the local consumers stop taking.
+QUEUE_PULL_BATCH = 10
 #: Artemis' defaults when an address policy leaves them out (FederatedAddress: auto-delete on, after an hour,
 #: whatever the message count).
 DEFAULT_AUTO_DELETE = True
@@ -86,12 +91,25 @@ class _Inbound:
     """Wire's owner of a federation receiver at the downstream: counts the hop, applies the transformer,
     then hands the message to the broker's data path like any producer's (other events pass through)."""
 
-    def __init__(self, delivery, receiver: UpstreamReceiver):
+    def __init__(self, delivery, receiver: UpstreamReceiver, *, count_hops: bool = True):
         self.delivery = delivery
         self.receiver = receiver
+        self.count_hops = count_hops
 
     def on_message(self, engine, bl, d, payload):
-        if payload is not None:
+        if payload is not None and not self.count_hops:
+            r = self.receiver
+            if r.transformer is not None:
+                try:
+                    from broker.transformers import apply_transformer
+
+                    payload = apply_transformer(r.transformer, payload)
+                except ValueError as exc:
+                    raw.set_rejected(d, "amqp:decode-error", str(exc)[:200])
+                    self.delivery.answer(bl, d, accepted=False)
+                    return
+            r.copied += 1
+        elif payload is not None:
             r = self.receiver
             hops = message_hops(payload)
             if not hops_allowed(hops, r.policy.max_hops):
@@ -133,11 +151,13 @@ class Upstream:
     """One ``<upstream>`` of a ``<federation>``: the connection's state and the federation queues consumed."""
 
     def __init__(self, part: FederationPart, federation, stream, address_policies: list, targets=None,
-                 *, commanded_by: str | None = None):
+                 *, commanded_by: str | None = None, queue_policies: list | None = None):
         self.part = part
         self.federation = federation
         self.stream = stream
         self.address_policies = address_policies
+        self.queue_policies = queue_policies or []
+        self.queue_receivers: dict[str, UpstreamReceiver] = {}  # local queue -> its pull from the upstream
         self.targets = targets  # list[NetworkTarget]; None: the stream's static-connectors
         self.commanded_by = commanded_by  # a downstream's broker that asked for this upstream, or None
         self.engine = None
@@ -173,6 +193,7 @@ class Upstream:
         self.engine = None
         self.session = None
         self.receivers = {}
+        self.queue_receivers = {}
 
     def refresh(self) -> None:
         """Federation queues for the addresses with demand now; none for those without."""
@@ -185,7 +206,68 @@ class Upstream:
         for address, policy in wanted.items():
             if address not in self.receivers:
                 self._start(address, policy)
+        if self.queue_policies:
+            queues = self.part.queue_demand(self)
+            for qname in [n for n in self.queue_receivers if n not in queues]:
+                self._stop_queue(qname)
+            for qname, (policy, priority) in queues.items():
+                if qname not in self.queue_receivers:
+                    self._start_queue(qname, policy, priority)
         engine.wake()
+
+    def _start_queue(self, qname: str, policy, priority: int) -> None:
+        """Queue federation: pull from the upstream's queue of the same name, at the local consumers'
+        priority plus priority-adjustment (Artemis: -1, so the upstream's own consumers come first)."""
+        broker = self.part.broker
+        rx = self.session.receiver(f"federated.{self.federation.name}.{self.stream.name}.{qname}.queue")
+        rx.source.address = qname
+        caps = rx.source.capabilities
+        caps.put_array(False, proton.Data.SYMBOL)
+        caps.enter()
+        caps.put_symbol("queue")
+        caps.exit()
+        rx.target.address = qname
+        rx.properties = {proton.symbol(LINK_FEDERATION_QUEUE): {
+            "origin": broker.network.broker_id, "priority": priority}}
+        rx.open()
+        receiver = UpstreamReceiver(qname, policy, self.part.transformer(self.federation, policy))
+        q = broker.addressing.queues[qname]
+        bl = broker.delivery.attach(self.engine, raw.pointer(rx), q, incoming=True, name=rx.name, pulled=True)
+        bl.owner = _Inbound(broker.delivery, receiver, count_hops=False)
+        self.engine.own_link(bl.ptr, bl)
+        receiver.link = bl
+        self.queue_receivers[qname] = receiver
+        log.info("federation %s: queue %s pulls from %s (priority %d)", self.name, qname, self.peer_name, priority)
+
+    def _stop_queue(self, qname: str) -> None:
+        receiver = self.queue_receivers.pop(qname)
+        bl = receiver.link
+        links = self.engine.app.links
+        if links.get(bl.ptr) is bl:
+            del links[bl.ptr]
+        bl.closed = True
+        self.engine.disown_link(bl.ptr)
+        raw.link_object(bl.ptr).close()
+        log.info("federation %s: queue %s no longer pulls", self.name, qname)
+
+    def pull(self) -> None:
+        """Credit for each queue federation receiver while its local queue has nothing ready and local
+        consumers have credit: the queue pulls only what its consumers can take now."""
+        if self.engine is None or self.engine.finished:
+            return
+        woke = False
+        for qname, receiver in self.queue_receivers.items():
+            q = self.part.broker.addressing.queues.get(qname)
+            bl = receiver.link
+            if q is None or bl.closed:
+                continue
+            want = 0 if q.ready_count else min(QUEUE_PULL_BATCH, self.part.local_credit(q))
+            have = raw.link_credit(bl.ptr)
+            if want > have:
+                raw.link_flow(bl.ptr, want - have)
+                woke = True
+        if woke:
+            self.engine.wake()
 
     def _link_name(self, address: str) -> str:
         return f"federated.{self.federation.name}.{self.stream.name}.{address}.multicast"
@@ -253,9 +335,10 @@ class FederationPart:
         self.upstreams: list[Upstream] = []
         for fed in getattr(broker.cfg, "federations", []) or []:
             for stream in fed.upstreams:
-                address_policies, _queue_policies = fed.policies_for(stream)
-                self.upstreams.append(Upstream(self, fed, stream, address_policies))
+                address_policies, queue_policies = fed.policies_for(stream)
+                self.upstreams.append(Upstream(self, fed, stream, address_policies, queue_policies=queue_policies))
         self.federated_queues: dict[str, dict] = {}  # queue here -> the federation link's settings
+        self.queue_consumers: dict = {}              # consumer id -> origin: other brokers' queue federation
         self._transformers: dict = {}
         self._checks: list = []                      # heap of (clock ms, queue): auto-delete checks
         self._refreshing = False
@@ -297,6 +380,41 @@ class FederationPart:
                             self._match(up, source, out, diverts_only=True)
         return out
 
+    def queue_demand(self, up: Upstream) -> dict:
+        """Queue -> (policy, priority) for every local anycast queue that a queue policy of ``up`` matches
+        and that has a consumer: a client's, or (with include-federated) another broker's federation
+        consumer, never one standing for ``up``'s own broker."""
+        addressing = self.broker.addressing
+        out: dict = {}
+        for bl in self.broker.delivery.consumers.values():
+            q = bl.queue
+            if q is None or bl.demand is not None:
+                continue
+            info = addressing.queue_info.get(q.name)
+            if info is None or info.routing_type == MULTICAST or info.temporary:
+                continue
+            origin = self.queue_consumers.get(bl.consumer_id)
+            if origin is not None and origin == up.peer_id:
+                continue
+            for policy in up.queue_policies:
+                if (origin is None or policy.include_federated) and policy.matches(q.name, info.address):
+                    priority = bl.priority + policy.priority_adjustment
+                    if q.name not in out or out[q.name][1] < priority:
+                        out[q.name] = (policy, priority)
+                    break
+        return out
+
+    def local_credit(self, q) -> int:
+        """What the consumers of ``q`` here (not other brokers' federation consumers) can take now."""
+        return sum(q.credit_of(bl.consumer_id) for bl in self.broker.delivery.consumers.values()
+                   if bl.queue is q and bl.consumer_id not in self.queue_consumers)
+
+    def after_batch(self) -> None:
+        """Queue federation receivers pull for idle local consumers (Broker.on_batch_end)."""
+        for up in self.upstreams:
+            if up.queue_receivers:
+                up.pull()
+
     @staticmethod
     def _match(up: Upstream, address: str, out: dict, *, diverts_only: bool = False) -> None:
         if address in out:
@@ -331,7 +449,7 @@ class FederationPart:
         self._consumer_changed_upstream_side(bl, added)
         if bl.queue is not None:
             info = self.broker.addressing.queue_info.get(bl.queue.name)
-            if info is not None and info.routing_type == MULTICAST:
+            if info is not None and (info.routing_type == MULTICAST or any(u.queue_policies for u in self.upstreams)):
                 self.refresh()
 
     def queue_removed(self, name: str) -> None:
@@ -408,15 +526,15 @@ class FederationPart:
 
     # -- upstream side: federation queues other brokers keep here ------------------------------------------
     @staticmethod
-    def link_settings(lo) -> dict | None:
-        """The :data:`LINK_FEDERATION` property of a receiver's attach, or None."""
+    def link_settings(lo, key: str = LINK_FEDERATION) -> dict | None:
+        """The :data:`LINK_FEDERATION` (or ``key``) property of a receiver's attach, or None."""
         try:
             props = lo.remote_properties
         except Exception:  # noqa: BLE001 - malformed: not a federation link
             return None
         if not isinstance(props, dict):
             return None
-        value = next((v for k, v in props.items() if str(k) == LINK_FEDERATION), None)
+        value = next((v for k, v in props.items() if str(k) == key), None)
         return {str(k): v for k, v in value.items()} if isinstance(value, dict) else None
 
     def federation_consumer(self, q, settings: dict):
@@ -436,7 +554,24 @@ class FederationPart:
         network = self.broker.network
         return lambda msg, n=q.name: network.stamp_net_id(n, msg)
 
+    def queue_consumer(self, settings: dict, queue_name: str) -> tuple[int, object]:
+        """A downstream's queue federation receiver attaches to a queue here: its priority (the downstream's
+        consumers' plus priority-adjustment) and its outgoing transform (the network id). The consumer id is
+        noted by :meth:`note_queue_consumer` once attached."""
+        priority = settings.get("priority")
+        priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else -1
+        network = self.broker.network
+        return max(-1000, min(1000, priority)), (lambda msg, n=queue_name: network.stamp_net_id(n, msg))
+
+    def note_queue_consumer(self, bl, settings: dict) -> None:
+        origin = settings.get("origin")
+        self.queue_consumers[bl.consumer_id] = origin if isinstance(origin, str) else "?"
+        if self.upstreams:
+            self.refresh()  # it was counted as a client consumer while it attached
+
     def _consumer_changed_upstream_side(self, bl, added: bool) -> None:
+        if not added:
+            self.queue_consumers.pop(bl.consumer_id, None)
         q = bl.queue
         if added or q is None or q.name not in self.federated_queues:
             return
@@ -547,4 +682,5 @@ def _int(value, default: int) -> int:
 
 
 __all__ = ["CONTROL", "CONTROL_ADDRESS", "FED_HOPS_ANNOTATION", "FederationPart", "LINK_FEDERATION",
+           "LINK_FEDERATION_QUEUE",
            "Upstream", "command_body", "hops_allowed"]

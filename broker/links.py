@@ -35,7 +35,7 @@ class BrokerLink:
 
     __slots__ = ("ptr", "engine", "owner", "queue", "incoming", "max_message_size", "consumer_id",
                  "unsettled", "seq", "closed", "presettled", "name", "mode", "address", "owned_queue",
-                 "durable_sub", "arriving", "selector", "transform", "demand", "priority")
+                 "durable_sub", "arriving", "selector", "transform", "demand", "priority", "pulled")
 
     # mode of a receiving link: None (into ``queue``), FANOUT (a copy per multicast queue of
     # ``address``), MANAGEMENT (requests for the management agent); of a sending link: None (a consumer
@@ -67,6 +67,7 @@ class BrokerLink:
         self.transform = None      # QueuedMessage -> bytes sent, instead of its outgoing() (network bridges)
         self.demand = None         # the network demand a consumer stands for (broker.network)
         self.priority = 0          # a consumer's priority on its queue
+        self.pulled = False        # a receiving link whose owner gives its credit (DeliveryPath.attach)
 
 
 class BrokerConnection:

@@ -50,7 +50,7 @@ from broker.delivery import DeliveryPath
 from broker.facade import ManagementFacade
 from broker.limits import AddressLimits, SizeMeter
 from broker.links import BrokerConnection, BrokerLink
-from broker.federation import CONTROL_ADDRESS, FederationPart
+from broker.federation import CONTROL_ADDRESS, LINK_FEDERATION_QUEUE, FederationPart
 from broker.moves import Mover
 from broker.network import ADVISORY, ADVISORY_ADDRESS, FAILOVER_SERVER_LIST, Network
 from broker.queue import Queue
@@ -194,6 +194,8 @@ class Broker(ConnectionHandler):
             rounds += 1
         if browsing.cursors:  # and what those moves, or returns, put in their queues
             browsing.dispatch()
+        if self.federation.upstreams:
+            self.federation.after_batch()
         self._arm_timer()
         delivery.wake_engines()
         storage.kick()
@@ -312,9 +314,15 @@ class Broker(ConnectionHandler):
             log.debug("link %s browses queue %s", lo.name, q.name)
             return
         accepts = selector_accepts(wanted[2]) if wanted else None
+        consumer: dict = {}
+        queue_federation = FederationPart.link_settings(lo, LINK_FEDERATION_QUEUE) if lo.is_sender else None
+        if queue_federation is not None:
+            consumer["priority"], consumer["transform"] = self.federation.queue_consumer(queue_federation, q.name)
         bl = self.attach_local(engine, link, q, incoming=not lo.is_sender, name=lo.name,
                                presettled=lo.is_sender and lo.remote_snd_settle_mode == proton.Link.SND_SETTLED,
-                               accepts=accepts, selector=wanted[1] if wanted else None)
+                               accepts=accepts, selector=wanted[1] if wanted else None, **consumer)
+        if queue_federation is not None:
+            self.federation.note_queue_consumer(bl, queue_federation)
         log.debug("link %s attached to queue %s (%s)", lo.name, q.name, "in" if bl.incoming else "out")
         return wanted[:2] if wanted else None
 

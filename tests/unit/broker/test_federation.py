@@ -240,3 +240,47 @@ def test_enable_divert_bindings_makes_a_divert_forwarding_queue_demand_for_its_s
         fed.connect("D", "U")
         fed.publish("U", ["diverted"])
         assert fed.brokers["D"].queues["copies"].message_count == pulled, enabled
+
+
+def queue_federation(name: str, upstream: str, **kw):
+    pol = SimpleNamespace(name="qp", include_federated=kw.get("include_federated", False),
+                          priority_adjustment=kw.get("priority_adjustment", -1), transformer_ref=None,
+                          matches=lambda q, a: artemis_match("jobs", q))
+    stream = SimpleNamespace(name=upstream, user=None, password=None)
+    return SimpleNamespace(name=name, upstreams=[stream], transformers={},
+                           policies_for=lambda s, p=pol: ([], [p]))
+
+
+QUEUES = """<addresses><address name="jobs"><anycast><queue name="jobs"/></anycast></address></addresses>"""
+
+
+def test_queue_federation_pulls_for_an_idle_local_consumer_and_leaves_the_upstreams_own_consumers_first():
+    fed = Fed("D", "U", federations={"D": [queue_federation("f", "U")]}, extra={"D": "", "U": ""})
+    for b in fed.brokers.values():
+        b.addressing.lookup_queue("jobs")
+    fed.connect("D", "U")
+    u = fed.brokers["U"]
+    fed.publish("U", [f"j{i}" for i in range(5)], address="jobs")
+    assert u.queues["jobs"].message_count == 5  # no consumer on D yet: nothing pulled
+    c, r = fed.subscribe("D", "jobs")
+    assert c.bodies(r) == [f"j{i}" for i in range(5)]
+    # an upstream consumer with credit comes first: the federation consumer's priority is one lower
+    cu, ru = fed.subscribe("U", "jobs")
+    fed.publish("U", ["for U"], address="jobs")
+    assert cu.bodies(ru) == ["for U"] and c.bodies(r) == [f"j{i}" for i in range(5)]
+
+
+def test_queue_federation_pulls_only_what_local_consumers_can_take():
+    fed = Fed("D", "U", federations={"D": [queue_federation("f", "U")]})
+    for b in fed.brokers.values():
+        b.addressing.lookup_queue("jobs")
+    fed.connect("D", "U")
+    fed.publish("U", [f"j{i}" for i in range(5)], address="jobs")
+    c = fed.harness["D"].connect()
+    r = c.receiver("jobs", credit=0)      # a consumer with no credit: demand, but nothing to pull for
+    fed.pump()
+    u = fed.brokers["U"].queues["jobs"]
+    assert u.message_count == 5 and u.consumer_count == 1  # the federation consumer is there, idle
+    r.flow(2)
+    fed.pump()
+    assert c.bodies(r) == ["j0", "j1"] and u.message_count == 3
