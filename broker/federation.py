@@ -508,6 +508,8 @@ class FederationPart:
             self.upstreams.remove(old)
             if old.control is not None:
                 old.control.stop()
+                if old.control in self.controls:
+                    self.controls.remove(old.control)
         up = Upstream(self, fed, stream, policies, [NetworkTarget("tcp", host, port, None)], commanded_by=origin)
         self.upstreams.append(up)
         if not self._listening:

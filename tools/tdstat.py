@@ -500,7 +500,8 @@ def run(opts, out=sys.stdout) -> int:
                 print(json.dumps(data, indent=2), file=out)
                 return 0
             parts = render_broker(data["queues"], data["brokerConnections"], opts.verbose,
-                                  network=data["network"], bridges=data["networkBridges"])
+                                  network=data["network"], bridges=data["networkBridges"],
+                                  streams=data["federationStreams"], federation_queues=data["federationQueues"])
             lines = header(now, f"broker {opts.bus}") + render_lines(parts, opts.csv)
             print("\n".join(lines), file=out)
             return 0
