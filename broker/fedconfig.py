@@ -42,7 +42,8 @@ CORE_ELEMENTS = ("connectors", "discovery-groups", "broadcast-groups", "federati
 #: What the federation runtime enforces today; the runtime's author edits this set. Every other key of
 #: FEATURES that a configuration uses is refused at start-up with "FILE:LINE: <what> is parsed but not
 #: implemented yet".
-RUNTIME_SUPPORTS = {"address-policy", "queue-policy", "downstream", "transformer", "enable-divert-bindings"}
+RUNTIME_SUPPORTS = {"address-policy", "queue-policy", "downstream", "transformer", "enable-divert-bindings",
+                    "discovery-group", "broadcast-group"}
 
 #: Feature key -> what the refusal calls it.
 FEATURES = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 import trio
 
 import logging
+import urllib.parse
 
 import proton
 
@@ -19,6 +20,7 @@ from broker.federation import CONTROL_ADDRESS, Upstream, command_body
 from broker.netconfig import NetworkTarget
 from broker.netruntime import ConnectorControl, keep_up
 from wire import raw
+from wire.discovery import DiscoveryAgent, run_multicast_discovery
 from wire.reconnect import ReconnectSchedule
 
 log = logging.getLogger("broker.federation")
@@ -150,11 +152,60 @@ def _schedule(s) -> ReconnectSchedule:
 
 
 def stream_targets(cfg, stream) -> list[NetworkTarget]:
+    """The targets of a stream's static-connectors; empty for a discovery-group-ref (filled as found)."""
     out = []
     for ref in stream.static_connectors:
         c = cfg.connectors[ref]
         out.append(NetworkTarget("tcp", c.host, c.port, c.tls))
     return out
+
+
+def group_name(address: str, port: int) -> str:
+    """The discovery group name broadcast and discovery groups share: their UDP address and port (Artemis'
+    groups are the address and port; our datagrams carry a group name, wire/discovery.py)."""
+    return f"artemis-{address}-{port}"
+
+
+async def broadcast(group, connectors: dict) -> None:
+    """A ``<broadcast-group>``: announce each of its connectors on its UDP group every broadcast-period."""
+    async with trio.open_nursery() as nursery:
+        for ref in group.connector_refs:
+            c = connectors[ref]
+            if c.tls is not None:
+                log.warning("broadcast-group %s: connector %s uses TLS; discovery dials plain AMQP only, so it is "
+                            "not announced", group.name, ref)
+                continue
+            agent = DiscoveryAgent(group_name(group.group_address, group.group_port), f"tcp://{c.host}:{c.port}",
+                                   keepalive_ms=group.broadcast_period_ms)
+            nursery.start_soon(lambda a=agent: run_multicast_discovery(
+                a, group.group_address, group.group_port, on_found=lambda url: None, on_lost=lambda url: None,
+                interface=group.local_bind_address or "0.0.0.0"))
+
+
+async def discover(group, controls: list) -> None:
+    """A ``<discovery-group>``: the connectors heard on its UDP group become the targets of the streams that
+    name it (``discovery-group-ref``), until they go silent for refresh-timeout."""
+    keepalive = min(1000, max(1, group.refresh_timeout_ms // 2))
+    agent = DiscoveryAgent(group_name(group.group_address, group.group_port), None, keepalive_ms=keepalive,
+                           expire_after_ms=max(group.refresh_timeout_ms, keepalive + 1))
+
+    def found(url: str) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if not parts.hostname or not parts.port:
+            return
+        for ctl in controls:
+            if not any((t.host, t.port) == (parts.hostname, parts.port) for t in ctl.targets):
+                ctl.targets.append(NetworkTarget("tcp", parts.hostname, parts.port, None))
+                ctl.label = ",".join(f"{t.host}:{t.port}" for t in ctl.targets)
+                ctl.changed.set()
+
+    def lost(url: str) -> None:
+        parts = urllib.parse.urlsplit(url)
+        for ctl in controls:
+            ctl.targets[:] = [t for t in ctl.targets if (t.host, t.port) != (parts.hostname, parts.port)]
+
+    await run_multicast_discovery(agent, group.group_address, group.group_port, on_found=found, on_lost=lost,
+                                  interface=group.local_bind_address or "0.0.0.0")
 
 
 async def run_federation(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -174,4 +225,15 @@ async def run_federation(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> Non
             ctl = DownstreamControl(broker, fed, stream, policies, stream_targets(broker.cfg, stream))
             part.controls.append(ctl)
             nursery.start_soon(keep_up, ctl, f"federation {fed.name} downstream {stream.name}")
+        cfg = broker.cfg
+        for group in (getattr(cfg, "broadcast_groups", None) or {}).values():
+            nursery.start_soon(broadcast, group, cfg.connectors)
+        for name, group in (getattr(cfg, "discovery_groups", None) or {}).items():
+            users = [ctl for ctl in part.controls if getattr(_stream_of(ctl), "discovery_group", None) == name]
+            if users:
+                nursery.start_soon(discover, group, users)
         task_status.started()
+
+
+def _stream_of(ctl):
+    return ctl.upstream.stream if isinstance(ctl, StreamControl) else getattr(ctl, "stream", None)

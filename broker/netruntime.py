@@ -197,9 +197,9 @@ async def keep_up(ctl: ConnectorControl, what: str) -> None:
     schedule = ctl.new_schedule()
     i = 0
     while True:
-        while not ctl.wanted:
+        while not ctl.wanted or not ctl.targets:  # stopped, or nothing discovered to dial yet
             if ctl.status != FAILED:
-                ctl.status = STOPPED
+                ctl.status = STOPPED if not ctl.wanted else CONNECTING
             await ctl.changed.wait()
             ctl.changed = trio.Event()
         target = ctl.targets[i % len(ctl.targets)]
