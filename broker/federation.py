@@ -486,8 +486,20 @@ class FederationPart:
             if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
                 raise ValueError("port must be 1..65535")
             policies = []
+            fed = _CommandedFederation(fed_name)
             for raw_policy in body.get("address-policies") or []:
                 d = {str(k): v for k, v in raw_policy.items()}
+                transformer_ref = None
+                if isinstance(d.get("transformer"), dict):
+                    from broker.transformers import TransformerConfig, load_transformer
+
+                    t = {str(k): v for k, v in d["transformer"].items()}
+                    props = t.get("properties") if isinstance(t.get("properties"), dict) else {}
+                    tcfg = TransformerConfig(name=_text(t, "name"), class_name=_text(t, "class-name"),
+                                             properties={str(k): str(v) for k, v in props.items()})
+                    load_transformer(tcfg)  # the class must load here too: refused otherwise
+                    fed.transformers[tcfg.name] = tcfg
+                    transformer_ref = tcfg.name
                 policies.append(AddressPolicy(
                     name=_text(d, "name"), max_hops=_int(d.get("max-hops"), 0),
                     auto_delete=d.get("auto-delete") if isinstance(d.get("auto-delete"), bool) else None,
@@ -496,14 +508,13 @@ class FederationPart:
                     if isinstance(d.get("auto-delete-message-count"), int) else None,
                     enable_divert_bindings=d.get("enable-divert-bindings") is True,
                     includes=[str(x) for x in d.get("includes") or []],
-                    excludes=[str(x) for x in d.get("excludes") or []]))
+                    excludes=[str(x) for x in d.get("excludes") or []], transformer_ref=transformer_ref))
         except (ValueError, AttributeError, TypeError) as exc:
             return f"bad federation command: {exc}"
         origin = getattr(engine.app, "network_peer", None) or engine.remote_container or "?"
         user = body.get("user") if isinstance(body.get("user"), str) else None
         password = body.get("password") if isinstance(body.get("password"), str) else None
         stream = Stream(kind="upstream", name=stream_name, user=user, password=password)
-        fed = _CommandedFederation(fed_name)
         for old in [u for u in self.upstreams if u.commanded_by == origin and u.name == f"{fed_name}/{stream_name}"]:
             self.upstreams.remove(old)
             if old.control is not None:
@@ -613,7 +624,8 @@ class FederationPart:
 
 
 class _CommandedFederation:
-    """The federation of an upstream a downstream's command made: its name, no transformers."""
+    """The federation of an upstream a downstream's command made: its name and the transformers the command
+    named."""
 
     def __init__(self, name: str):
         self.name = name
@@ -664,12 +676,24 @@ def command_body(federation, stream, address_policies: list, host: str, port: in
     return {"federation": federation.name, "upstream": stream.name, "host": host, "port": port,
             **({"user": stream.user, "password": stream.password} if stream.user else {}),
             "address-policies": [{
+                **_transformer_entry(federation, p),
                 "name": p.name, "max-hops": p.max_hops, "enable-divert-bindings": p.enable_divert_bindings,
                 "includes": list(p.includes), "excludes": list(p.excludes),
                 **({"auto-delete": p.auto_delete} if p.auto_delete is not None else {}),
                 **({"auto-delete-delay": p.auto_delete_delay_ms} if p.auto_delete_delay_ms is not None else {}),
                 **({"auto-delete-message-count": p.auto_delete_message_count}
                    if p.auto_delete_message_count is not None else {})} for p in address_policies]}
+
+
+def _transformer_entry(federation, policy) -> dict:
+    """A policy's transformer in a downstream's command: its class and properties (the remote broker loads
+    the same class, as Artemis sends the transformer configuration with the policies)."""
+    ref = getattr(policy, "transformer_ref", None)
+    cfg = getattr(federation, "transformers", {}).get(ref) if ref else None
+    if cfg is None:
+        return {}
+    return {"transformer": {"name": cfg.name, "class-name": cfg.class_name,
+                            "properties": {str(k): str(v) for k, v in cfg.properties.items()}}}
 
 
 def _text(d: dict, key: str) -> str:

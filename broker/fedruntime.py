@@ -233,6 +233,7 @@ async def run_federation(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> Non
             if users:
                 nursery.start_soon(discover, group, users)
         task_status.started()
+        await trio.sleep_forever()  # the upstreams a downstream's command makes later start in this nursery
 
 
 def _stream_of(ctl):

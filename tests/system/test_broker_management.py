@@ -11,6 +11,7 @@ import pytest
 from proton.utils import BlockingConnection
 
 from tests.system.brokerharness import WAYPOINT, BrokerProcess, receive_messages, send_messages
+from tests.system.waiting import wait_for
 from wire import management as wm
 
 pytestmark = pytest.mark.system
@@ -88,7 +89,10 @@ def test_create_queue_and_start_connection_through_management(router_factory, tm
         q = m.call("READ", type="queue", name="queue.orders").body
         assert q["messageCount"] == 10 and q["consumerCount"] == 1  # the peer sender is the consumer
         assert [x.id for x in receive_messages(router.url, "queue.orders", 10)] == list(range(10))
-        q = m.call("READ", type="queue", name="queue.orders").body
+        # the consumer's accepts reach the broker through the router after the client has settled: wait
+        # for them (seen under load: the READ came first, (10, 0, 10))
+        q = wait_for(lambda: (b := m.call("READ", type="queue", name="queue.orders").body)["messageCount"] == 0
+                     and b, "the broker to see the 10 acknowledgements")
         assert (q["messageCount"], q["acknowledgedCount"], q["deliveredCount"]) == (0, 10, 10)
         assert m.call("stopBrokerConnection", type="brokerConnection", name="to-router").ok
         deadline = time.monotonic() + TIMEOUT

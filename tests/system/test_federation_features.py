@@ -203,10 +203,6 @@ def test_downstream_makes_the_remote_broker_federate_back(hub_and_spoke):
     assert federation_queues(spoke, "news") == [], spoke.describe("news")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product bug: a <downstream>'s policy transformer-ref is accepted at start-up but not applied: "
-    "broker.federation.command_body does not carry it and the commanded upstream has no transformers "
-    "(_CommandedFederation); remove this mark with the fix"))
 def test_downstream_policy_transformer_is_applied_by_the_remote_broker(hub_and_spoke):
     """Artemis sends a downstream's policies with their transformers to the remote broker, which applies
     them to what it federates: the spoke's subscriber gets the transformed copy."""
