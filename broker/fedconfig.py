@@ -43,7 +43,7 @@ CORE_ELEMENTS = ("connectors", "discovery-groups", "broadcast-groups", "federati
 #: FEATURES that a configuration uses is refused at start-up with "FILE:LINE: <what> is parsed but not
 #: implemented yet".
 RUNTIME_SUPPORTS = {"address-policy", "queue-policy", "downstream", "transformer", "enable-divert-bindings",
-                    "discovery-group", "broadcast-group"}
+                    "discovery-group", "broadcast-group", "circuit-breaker-timeout"}
 
 #: Feature key -> what the refusal calls it.
 FEATURES = {
@@ -55,7 +55,7 @@ FEATURES = {
     "transformer": "a federation transformer",
     "enable-divert-bindings": "enable-divert-bindings=\"true\"",
     "ha": "<ha>true",
-    "share-connection": "<share-connection>true",
+    "share-connection": "<share-connection>true on an upstream and a downstream to the same broker (a shared connection)",
     "circuit-breaker-timeout": "<circuit-breaker-timeout>",
     "check-period": "<check-period>",
     "connection-ttl": "<connection-ttl>",
@@ -546,8 +546,8 @@ def _parse_stream(ctx: Ctx, kind: str, el, fed_login, credentials: Credentials, 
                 raise ctx.error(child, f"<{name}> must be at least {minimum}, got {value}")
             if fld == "retry_interval_multiplier" and value <= 0:
                 raise ctx.error(child, f"<{name}> must be positive, got {value}")
-            if feature is not None and value is not False:   # ha / share-connection false is the default
-                uses.add(feature, child.line)
+            if feature is not None and value is not False and feature != "share-connection":
+                uses.add(feature, child.line)   # ha false is the default; share-connection: see _parse_federation
             values[fld] = value
         elif name == "static-connectors":
             _once(ctx, seen, name, child)
@@ -751,6 +751,13 @@ def _parse_federation(ctx: Ctx, el, credentials: Credentials, connectors: dict, 
             raise ctx.error(line, f"transformer-ref {ref!r}: no <transformer name=\"{ref}\"> in federation "
                                   f"{fname!r}{did_you_mean(ref, fed.transformers)}")
         uses.add("transformer", line)
+    # Artemis shares a connection only between an upstream and a downstream to the same broker that both
+    # set share-connection; without such a pair the flag has no effect there either (and tdbroker has one
+    # connection per stream). Such a pair is what is not implemented.
+    for up in fed.upstreams:
+        for down in fed.downstreams:
+            if up.share_connection and down.share_connection and set(up.static_connectors) & set(down.static_connectors):
+                uses.add("share-connection", down.line)
     if not fed.upstreams and not fed.downstreams:
         ctx.warn(el, f"federation {fname!r} has no <upstream> or <downstream>: it does nothing")
     return fed

@@ -442,7 +442,6 @@ GATED = [
     ("downstream", None, None, "<downstream"),
     ("discovery-group", "", "<discovery-group-ref", "<discovery-group-ref"),
     ("ha", "<ha>true</ha>", None, "<ha>"),
-    ("share-connection", "<share-connection>true</share-connection>", None, "<share-connection>"),
     ("circuit-breaker-timeout", "<circuit-breaker-timeout>1</circuit-breaker-timeout>", None, "<circuit-breaker"),
     ("check-period", "<check-period>1</check-period>", None, "<check-period>"),
     ("connection-ttl", "<connection-ttl>1</connection-ttl>", None, "<connection-ttl>"),
@@ -482,6 +481,25 @@ def test_each_unimplemented_feature_is_refused_at_its_line(address_only, key, _b
     message = error_of(text)
     assert message.startswith(f"{PATH}:{line}: ") and "is parsed but not implemented yet" in message, message
     assert fedconfig.FEATURES[key] in message
+
+
+def test_share_connection_without_a_downstream_to_share_with_has_no_effect_and_is_accepted(address_only):
+    """Artemis shares a connection only between an upstream and a downstream to the same broker."""
+    text = core(CONNECTORS, federation(upstream("<share-connection>true</share-connection>") + "\n" + ADDRESS_POLICY))
+    (fed,) = parse(text).federations
+    assert fed.upstreams[0].share_connection is True
+
+
+def test_share_connection_between_an_upstream_and_a_downstream_is_refused_at_the_downstream(monkeypatch):
+    monkeypatch.setattr(fedconfig, "RUNTIME_SUPPORTS", {"address-policy", "downstream"})
+    down = ("<downstream name=\"d\">\n<static-connectors><connector-ref>netty-connector</connector-ref>"
+            "</static-connectors>\n<share-connection>true</share-connection>\n<policy ref=\"p\"/>\n"
+            "<upstream-connector-ref>netty-connector</upstream-connector-ref>\n</downstream>")
+    text = core(CONNECTORS, federation(upstream("<share-connection>true</share-connection>") + "\n" + down
+                                       + "\n" + ADDRESS_POLICY))
+    message = error_of(text)
+    assert message.startswith(f"{PATH}:{line_of(text, '<downstream name')}: ")
+    assert fedconfig.FEATURES["share-connection"] in message
 
 
 @pytest.mark.parametrize("key", [g[0] for g in GATED if g[0] != "transformer"])
@@ -524,7 +542,7 @@ def test_an_unused_discovery_group_is_accepted():
 
 def test_every_feature_key_names_what_it_refuses():
     assert set(fedconfig.RUNTIME_SUPPORTS) <= set(fedconfig.FEATURES)
-    assert {g[0] for g in GATED} | {"address-policy", "broadcast-group"} == set(fedconfig.FEATURES)
+    assert {g[0] for g in GATED} | {"address-policy", "broadcast-group", "share-connection"} == set(fedconfig.FEATURES)
 
 
 # --- errors -----------------------------------------------------------------------------------------------------
