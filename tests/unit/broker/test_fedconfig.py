@@ -717,3 +717,10 @@ def test_the_user_documentation_covers_every_name_and_the_gate():
     listed = set(enforced.split(":", 1)[1].replace("`", "").rstrip(".").replace(" ", "").split(","))
     assert listed == fedconfig.RUNTIME_SUPPORTS, "update 'Enforced today:' in docs/federation.md"
     assert "\n## How it works\n" in doc
+
+
+def test_the_seed_sample_loads_with_what_the_runtime_enforces_today(transformer_module):
+    """The issue's acceptance: the seed's <federations> block works after changing host and port (with the
+    runtime's real gate, not a test's)."""
+    cfg = parse(core(CONNECTORS, SEED))
+    assert [f.name for f in cfg.federations] == ["eu-north-1-federation"]
