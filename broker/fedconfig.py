@@ -43,7 +43,7 @@ CORE_ELEMENTS = ("connectors", "discovery-groups", "broadcast-groups", "federati
 #: FEATURES that a configuration uses is refused at start-up with "FILE:LINE: <what> is parsed but not
 #: implemented yet".
 RUNTIME_SUPPORTS = {"address-policy", "queue-policy", "downstream", "transformer", "enable-divert-bindings",
-                    "discovery-group", "broadcast-group", "circuit-breaker-timeout"}
+                    "discovery-group", "broadcast-group", "circuit-breaker-timeout", "connection-ttl"}
 
 #: Feature key -> what the refusal calls it.
 FEATURES = {

@@ -45,7 +45,7 @@ class StreamControl(ConnectorControl):
         settings = broker.connection_settings(
             name=f"federation:{up.name}", sasl_username=s.user or None, sasl_password=s.password,
             sasl_client_mechanisms="SCRAM-SHA-512 SCRAM-SHA-256 PLAIN" if s.user else None,
-            properties=broker.network.open_properties())
+            properties=broker.network.open_properties(), **_ttl(s))
         engine = broker.new_engine(settings, server=False, remote_host=remote)
 
         def opened(e):
@@ -116,7 +116,7 @@ class DownstreamControl(ConnectorControl):
         settings = broker.connection_settings(
             name=f"federation:{self.federation.name}/{s.name}", sasl_username=s.user or None,
             sasl_password=s.password, sasl_client_mechanisms="SCRAM-SHA-512 SCRAM-SHA-256 PLAIN" if s.user else None,
-            properties=broker.network.open_properties())
+            properties=broker.network.open_properties(), **_ttl(s))
         engine = broker.new_engine(settings, server=False, remote_host=remote)
         engine.app.on_open = self._send_command
         self.remote = remote
@@ -143,12 +143,40 @@ class DownstreamControl(ConnectorControl):
                  "addresses": [], "copied": 0}]
 
 
+class _StreamSchedule(ReconnectSchedule):
+    """Artemis' retry settings with its two attempt limits: ``initial-connect-attempts`` failures in a row
+    until the stream first connected, ``reconnect-attempts`` after (-1: no limit for either)."""
+
+    __slots__ = ("initial_attempts", "reconnect_attempts", "ever_connected")
+
+    def __init__(self, s):
+        super().__init__(initial_ms=s.retry_interval_ms, max_ms=max(s.retry_interval_ms, s.max_retry_interval_ms),
+                         exponential=s.retry_interval_multiplier > 1, multiplier=max(1.0, s.retry_interval_multiplier),
+                         max_attempts=0, min_connect_time_ms=0)
+        self.initial_attempts = s.initial_connect_attempts
+        self.reconnect_attempts = s.reconnect_attempts
+        self.ever_connected = False
+
+    def connected(self, now_ms: float) -> None:
+        self.ever_connected = True
+        super().connected(now_ms)
+
+    def failed(self, now_ms: float) -> int | None:
+        delay = super().failed(now_ms)
+        limit = self.reconnect_attempts if self.ever_connected else self.initial_attempts
+        return None if 0 < limit <= self.attempts else delay
+
+
 def _schedule(s) -> ReconnectSchedule:
-    attempts = s.reconnect_attempts
-    return ReconnectSchedule(initial_ms=s.retry_interval_ms, max_ms=max(s.retry_interval_ms, s.max_retry_interval_ms),
-                             exponential=s.retry_interval_multiplier > 1,
-                             multiplier=max(1.0, s.retry_interval_multiplier),
-                             max_attempts=attempts if attempts > 0 else 0, min_connect_time_ms=0)
+    return _StreamSchedule(s)
+
+
+def _ttl(s) -> dict:
+    """connection-ttl: the stream's connection is dropped (and redialled) when nothing came from the peer
+    for that long -- the AMQP idle time-out (AMQP 1.0 §2.4.5), which also makes the peer send empty frames
+    often enough. Absent (or -1): the engine's default."""
+    ttl = getattr(s, "connection_ttl_ms", -1)
+    return {"idle_timeout_seconds": ttl / 1000.0} if ttl and ttl > 0 else {}
 
 
 def stream_targets(cfg, stream) -> list[NetworkTarget]:

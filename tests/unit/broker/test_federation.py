@@ -284,3 +284,18 @@ def test_queue_federation_pulls_only_what_local_consumers_can_take():
     r.flow(2)
     fed.pump()
     assert c.bodies(r) == ["j0", "j1"] and u.message_count == 3
+
+
+def test_stream_attempt_limits_initial_before_the_first_connection_reconnect_after():
+    from broker.fedruntime import _schedule
+
+    s = SimpleNamespace(retry_interval_ms=500, retry_interval_multiplier=2.0, max_retry_interval_ms=2000,
+                        initial_connect_attempts=2, reconnect_attempts=-1)
+    sched = _schedule(s)
+    assert [sched.failed(0), sched.failed(0)] == [500, None]  # gives up after 2 initial attempts
+    s.initial_connect_attempts, s.reconnect_attempts = -1, 2
+    sched = _schedule(s)
+    assert [sched.failed(0) for _ in range(4)] == [500, 1000, 2000, 2000]  # never gives up before connecting
+    sched.connected(10)
+    # then reconnect-attempts counts: the loss of the connection, and 2 failed attempts to reconnect
+    assert [sched.failed(20), sched.failed(30), sched.failed(40)] == [500, 1000, None]
