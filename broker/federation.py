@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING
 import proton
 
 from broker.addressing import MULTICAST
+from broker.fedcommand import ControlOwner
 from broker.links import BrokerLink
 from wire import raw
-from wire.assembly import KEEP
 from wire.amqptypes import CodecError
 from wire.msgannotations import read_annotation, set_annotations
 
@@ -344,7 +344,7 @@ class FederationPart:
         self._refreshing = False
         self._listening = False
         self.spawn = None   # (Upstream) -> None: the runtime starts its dial loop (broker.fedruntime)
-        self._control_owner = _ControlOwner(self)
+        self._control_owner = ControlOwner(self)
         self.downstreams = []  # (federation, stream, address policies) this broker commands
         self.controls: list = []  # the dial loops' controls (broker.fedruntime), for management
         for fed in getattr(broker.cfg, "federations", []) or []:
@@ -475,47 +475,16 @@ class FederationPart:
     def command(self, engine, body: dict) -> str | None:
         """Apply a downstream's command: make (or replace) the upstream back to it. Returns why it is refused,
         or None."""
-        from broker.fedconfig import AddressPolicy, Stream
+        from broker.fedcommand import parse_command
         from broker.netconfig import NetworkTarget
 
         try:
-            fed_name = _text(body, "federation")
-            stream_name = _text(body, "upstream")
-            host = _text(body, "host")
-            port = body.get("port")
-            if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-                raise ValueError("port must be 1..65535")
-            policies = []
-            fed = _CommandedFederation(fed_name)
-            for raw_policy in body.get("address-policies") or []:
-                d = {str(k): v for k, v in raw_policy.items()}
-                transformer_ref = None
-                if isinstance(d.get("transformer"), dict):
-                    from broker.transformers import TransformerConfig, load_transformer
-
-                    t = {str(k): v for k, v in d["transformer"].items()}
-                    props = t.get("properties") if isinstance(t.get("properties"), dict) else {}
-                    tcfg = TransformerConfig(name=_text(t, "name"), class_name=_text(t, "class-name"),
-                                             properties={str(k): str(v) for k, v in props.items()})
-                    load_transformer(tcfg)  # the class must load here too: refused otherwise
-                    fed.transformers[tcfg.name] = tcfg
-                    transformer_ref = tcfg.name
-                policies.append(AddressPolicy(
-                    name=_text(d, "name"), max_hops=_int(d.get("max-hops"), 0),
-                    auto_delete=d.get("auto-delete") if isinstance(d.get("auto-delete"), bool) else None,
-                    auto_delete_delay_ms=d.get("auto-delete-delay") if isinstance(d.get("auto-delete-delay"), int) else None,
-                    auto_delete_message_count=d.get("auto-delete-message-count")
-                    if isinstance(d.get("auto-delete-message-count"), int) else None,
-                    enable_divert_bindings=d.get("enable-divert-bindings") is True,
-                    includes=[str(x) for x in d.get("includes") or []],
-                    excludes=[str(x) for x in d.get("excludes") or []], transformer_ref=transformer_ref))
+            fed, stream, policies, host, port = parse_command(body)
         except (ValueError, AttributeError, TypeError) as exc:
             return f"bad federation command: {exc}"
         origin = getattr(engine.app, "network_peer", None) or engine.remote_container or "?"
-        user = body.get("user") if isinstance(body.get("user"), str) else None
-        password = body.get("password") if isinstance(body.get("password"), str) else None
-        stream = Stream(kind="upstream", name=stream_name, user=user, password=password)
-        for old in [u for u in self.upstreams if u.commanded_by == origin and u.name == f"{fed_name}/{stream_name}"]:
+        name = f"{fed.name}/{stream.name}"
+        for old in [u for u in self.upstreams if u.commanded_by == origin and u.name == name]:
             self.upstreams.remove(old)
             if old.control is not None:
                 old.control.stop()
@@ -527,7 +496,7 @@ class FederationPart:
             self._listen()
         if self.spawn is not None:
             self.spawn(up)
-        log.info("federation %s: upstream %s to %s:%d created by a downstream's command", fed_name, stream_name,
+        log.info("federation %s: upstream %s to %s:%d created by a downstream's command", fed.name, stream.name,
                  host, port)
         return None
 
@@ -623,90 +592,9 @@ class FederationPart:
         return rows
 
 
-class _CommandedFederation:
-    """The federation of an upstream a downstream's command made: its name and the transformers the command
-    named."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.transformers: dict = {}
-
-
-class _ControlOwner:
-    """Wire's owner of a control link: each message is a downstream's command (accepted or rejected)."""
-
-    def __init__(self, part: FederationPart):
-        self.part = part
-
-    def on_message(self, engine, bl, d, payload) -> None:
-        why = "empty command"
-        if payload is not None:
-            try:
-                m = proton.Message()
-                m.decode(payload)
-                body = m.body
-                why = self.part.command(engine, {str(k): v for k, v in body.items()}) if isinstance(body, dict) \
-                    else "the command's body must be a map"
-            except Exception as exc:  # noqa: BLE001 - a bad command is refused, never the connection's end
-                why = f"bad federation command: {exc}"
-        if why is None:
-            raw.delivery_update(d, raw.ACCEPTED)
-        else:
-            log.warning("federation command refused: %s", why)
-            raw.set_rejected(d, "amqp:invalid-field", why[:200])
-        raw.delivery_settle(d)
-        raw.link_flow(bl.ptr, 1)
-        engine.wake()
-
-    def on_partial(self, engine, bl, d, held: int) -> int:
-        return KEEP
-
-    def on_delivery_update(self, engine, bl, d) -> None:
-        pass
-
-    def on_link_flow(self, engine, bl) -> None:
-        pass
-
-    def on_oversized(self, engine, bl, d, limit: int) -> None:
-        pass
-
-
-def command_body(federation, stream, address_policies: list, host: str, port: int) -> dict:
-    """The command a ``<downstream>`` sends: federate these addresses from me (host:port)."""
-    return {"federation": federation.name, "upstream": stream.name, "host": host, "port": port,
-            **({"user": stream.user, "password": stream.password} if stream.user else {}),
-            "address-policies": [{
-                **_transformer_entry(federation, p),
-                "name": p.name, "max-hops": p.max_hops, "enable-divert-bindings": p.enable_divert_bindings,
-                "includes": list(p.includes), "excludes": list(p.excludes),
-                **({"auto-delete": p.auto_delete} if p.auto_delete is not None else {}),
-                **({"auto-delete-delay": p.auto_delete_delay_ms} if p.auto_delete_delay_ms is not None else {}),
-                **({"auto-delete-message-count": p.auto_delete_message_count}
-                   if p.auto_delete_message_count is not None else {})} for p in address_policies]}
-
-
-def _transformer_entry(federation, policy) -> dict:
-    """A policy's transformer in a downstream's command: its class and properties (the remote broker loads
-    the same class, as Artemis sends the transformer configuration with the policies)."""
-    ref = getattr(policy, "transformer_ref", None)
-    cfg = getattr(federation, "transformers", {}).get(ref) if ref else None
-    if cfg is None:
-        return {}
-    return {"transformer": {"name": cfg.name, "class-name": cfg.class_name,
-                            "properties": {str(k): str(v) for k, v in cfg.properties.items()}}}
-
-
-def _text(d: dict, key: str) -> str:
-    value = d.get(key)
-    if not isinstance(value, str) or not value or len(value) > 255:
-        raise ValueError(f"{key} must be a non-empty string")
-    return value
-
-
 def _int(value, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 __all__ = ["CONTROL", "CONTROL_ADDRESS", "FED_HOPS_ANNOTATION", "FederationPart", "LINK_FEDERATION",
-           "LINK_FEDERATION_QUEUE",
-           "Upstream", "command_body", "hops_allowed"]
+           "LINK_FEDERATION_QUEUE", "Upstream", "hops_allowed"]

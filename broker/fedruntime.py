@@ -16,7 +16,8 @@ import urllib.parse
 
 import proton
 
-from broker.federation import CONTROL_ADDRESS, Upstream, command_body
+from broker.fedcommand import command_body
+from broker.federation import CONTROL_ADDRESS, Upstream
 from broker.netconfig import NetworkTarget
 from broker.netruntime import ConnectorControl, keep_up
 from wire import raw

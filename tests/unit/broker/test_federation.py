@@ -181,7 +181,8 @@ def test_max_hops_keeps_a_message_that_made_its_hops_out_of_the_federation_queue
 
 
 def test_a_downstreams_command_makes_the_remote_broker_federate_back():
-    from broker.federation import CONTROL_ADDRESS, command_body
+    from broker.fedcommand import command_body
+    from broker.federation import CONTROL_ADDRESS
     from broker.fedconfig import AddressPolicy, Stream
 
     fed = Fed("D", "R")

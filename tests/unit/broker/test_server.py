@@ -404,7 +404,7 @@ async def test_reconnect_attempts_give_up_as_failed(tmp_path, nursery):
 # ---- the sans-IO core: time and durability are inputs (issue 11) ---------------------------------------
 
 CORE_MODULES = ("server", "addressing", "queue", "delivery", "admission", "storage", "timers", "moves",
-                "network", "netbridge",
+                "network", "netbridge", "federation", "fedcommand", "diverts",
                 "facade", "links", "connections", "limits", "disk")
 
 
