@@ -30,8 +30,8 @@ def test_a_discovered_upstream_is_federated_from(tmp_path):
     net = Network(tmp_path, ["up", "down"])
     net.configure("up", topics=["news"], extra=BROADCAST.format(port=net.port("up"), group=group, gport=gport))
     net.configure("down", topics=["news"], extra=DISCOVERY.format(group=group, gport=gport))
-    net.start()
     try:
+        net.start()  # inside: a broker that fails to start must not leave the others running
         conn = BlockingConnection(net["down"].url, timeout=TIMEOUT)
         try:
             rx = conn.create_receiver("news", credit=10)

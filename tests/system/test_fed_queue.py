@@ -29,8 +29,8 @@ def test_a_federated_queue_pulls_what_its_consumer_can_take_and_no_more(tmp_path
     net = Network(tmp_path, ["up", "down"])
     net.configure("up")
     net.configure("down", extra=UPSTREAM.format(port=net.port("up"), policy=QUEUE_POLICY))
-    net.start()
     try:
+        net.start()  # inside: a broker that fails to start must not leave the others running
         send_messages(net["up"].url, "jobs", [Message(id=i, body=i, durable=True) for i in range(5)])
         # a consumer on the downstream with credit for 2, never replenished: the queue pulls those 2 only
         remote = Consumer(net["down"].url, "jobs", count=2, credit=2, replenish=False).start()
@@ -59,8 +59,8 @@ def test_the_upstreams_own_consumer_comes_before_the_federation_consumer(tmp_pat
     net = Network(tmp_path, ["up", "down"])
     net.configure("up")
     net.configure("down", extra=UPSTREAM.format(port=net.port("up"), policy=QUEUE_POLICY))
-    net.start()
     try:
+        net.start()  # inside: a broker that fails to start must not leave the others running
         remote = Consumer(net["down"].url, "jobs", credit=10).start()
         local = Consumer(net["up"].url, "jobs", count=5, credit=10).start()
         try:
@@ -83,8 +83,8 @@ def test_divert_bindings_make_demand_for_the_diverted_address(tmp_path):
                           extra=UPSTREAM.format(port=net.port("up"), policy=DIVERT_POLICY) + DIVERT).replace(
         "<addresses></addresses>", '<addresses><address name="news"><multicast/></address>'
         '<address name="archive"><anycast><queue name="archive"/></anycast></address></addresses>'))
-    net.start()
     try:
+        net.start()  # inside: a broker that fails to start must not leave the others running
         wait_consumers(net["up"], "news", 1)  # no subscriber on down: the divert's queue is the demand
         send_messages(net["up"].url, "news", [Message(id=i, body=i) for i in range(3)])
         wait_messages(net["down"], "archive", 3)

@@ -22,8 +22,8 @@ def test_brokers_on_one_multicast_group_find_each_other_and_bridge_both_ways(tmp
     net = Network(tmp_path, ["m1", "m2"])
     for name in ("m1", "m2"):
         net.configure(name, connectors=[f'<networkConnector name="auto" uri="{uri}"/>'])
-    net.start()
     try:
+        net.start()  # inside: a broker that fails to start must not leave the others running
         from proton.utils import BlockingConnection
 
         # each broker bridges to the other: a consumer on either makes demand on the other
@@ -51,8 +51,8 @@ def test_masterslave_bridge_goes_to_whichever_of_the_pair_is_up(tmp_path):
     net.configure("src", connectors=[f'<networkConnector name="ms" uri="{uri}"/>'])
     net.configure("master")
     net.configure("slave")
-    net.start(["src", "slave"])  # the master is down: the bridge finds the slave
     try:
+        net.start(["src", "slave"])  # the master is down: the bridge finds the slave
         from proton.utils import BlockingConnection
 
         conn = BlockingConnection(net["slave"].url, timeout=TIMEOUT)
