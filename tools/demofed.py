@@ -31,6 +31,7 @@ from proton import Message, Timeout
 from proton.utils import BlockingConnection
 
 from tools.daemons import free_port
+from tools.demonet import DemoFailed, wait_until  # the demos' shared failure and polling
 from tools.mgmtclient import ManagementClient
 
 ADDRESS = "news"
@@ -46,7 +47,6 @@ DUPLICATE_WATCH_SECONDS = 1.0
 #: A federation stream redials this often (Artemis' retry-interval; short, so the demo does not wait for
 #: brokers 2 and 3, which start after broker 1 dials them).
 RETRY_INTERVAL_MS = 100
-_POLL_SECONDS = 0.05
 
 BROKER_XML = """<?xml version="1.0" encoding="UTF-8"?>
 <configuration xmlns="urn:activemq">
@@ -79,10 +79,6 @@ UPSTREAM_XML = """      <upstream name="b{n}">
       </upstream>"""
 
 
-class DemoFailed(Exception):
-    """The federation did not do what the demo shows (the message says what)."""
-
-
 def broker_name(n: int) -> str:
     return f"broker-{n}"
 
@@ -96,18 +92,6 @@ def broker_xml(n: int, journal: str, port: int, upstreams: dict[int, int]) -> st
         connectors="\n".join(CONNECTOR_XML.format(n=u, port=p) for u, p in sorted(upstreams.items())),
         upstreams="\n".join(UPSTREAM_XML.format(n=u, retry=RETRY_INTERVAL_MS, policy=POLICY)
                             for u in sorted(upstreams)))
-
-
-def _wait(what: str, probe: Callable[[], object]):
-    """Poll ``probe`` until it returns something true; DemoFailed naming ``what`` after the step timeout."""
-    deadline = time.monotonic() + STEP_TIMEOUT_SECONDS
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"{what}: not within {STEP_TIMEOUT_SECONDS:.0f} s")
-        time.sleep(_POLL_SECONDS)
 
 
 class BrokerView:
@@ -175,7 +159,7 @@ class FederationDemo:
                         view.close()
 
     def _steps(self, ports: dict[int, int], views: dict[int, BrokerView]) -> None:
-        _wait("the four federation streams to connect", lambda: all(v.connected() for v in views.values()))
+        wait_until("the four federation streams to connect", lambda: all(v.connected() for v in views.values()))
         self.say("federation", "4 streams connected: broker-1 <- broker-2, broker-1 <- broker-3, "
                                "broker-2 <- broker-1, broker-3 <- broker-1")
         conns = {n: BlockingConnection(f"amqp://127.0.0.1:{ports[n]}", timeout=STEP_TIMEOUT_SECONDS)
@@ -183,9 +167,9 @@ class FederationDemo:
         try:
             receivers = {n: conns[n].create_receiver(ADDRESS, credit=self.count + 10) for n in BROKERS}
             self.say("subscribers", f"one on '{ADDRESS}' on each broker")
-            _wait("every stream to federate the subscribers' address",
+            wait_until("every stream to federate the subscribers' address",
                   lambda: all(v.federating() for v in views.values()))
-            _wait("each broker to keep a consumed federation queue for each broker that federates from it",
+            wait_until("each broker to keep a consumed federation queue for each broker that federates from it",
                   lambda: len(views[1].kept_queues()) == 2 and all(len(views[n].kept_queues()) == 1
                                                                    for n in (2, 3)))
             for n in BROKERS:

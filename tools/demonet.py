@@ -78,7 +78,7 @@ def broker_xml(name: str, journal: str, network: str = "") -> str:
                              replay_delay=REPLAY_DELAY_MS)
 
 
-def _wait(what: str, probe: Callable[[], object]):
+def wait_until(what: str, probe: Callable[[], object]):
     """Poll ``probe`` until it returns something true; DemoFailed naming ``what`` after the step timeout."""
     deadline = time.monotonic() + STEP_TIMEOUT_SECONDS
     while True:
@@ -148,20 +148,20 @@ class NetworkDemo:
     def _steps(self, port_a: int, port_b: int, view_a: BrokerView, view_b: BrokerView) -> None:
         half = self.count // 2
         rest = self.count - half
-        _wait("the bridge between A and B to connect", lambda: view_a.bridge() and view_b.bridge())
+        wait_until("the bridge between A and B to connect", lambda: view_a.bridge() and view_b.bridge())
         self.say("network", "A and B are connected: one connection, a bridge each way")
 
         self._send(port_a)
-        _wait(f"{self.count} messages to wait on A", lambda: view_a.messages() == self.count)
+        wait_until(f"{self.count} messages to wait on A", lambda: view_a.messages() == self.count)
         self.say("broker A", f"holds all {self.count}: no consumer exists anywhere, so nothing moves")
 
         conn_b = BlockingConnection(f"amqp://127.0.0.1:{port_b}", timeout=STEP_TIMEOUT_SECONDS)
         rx = conn_b.create_receiver(QUEUE)
         self.say("consumer", f"attached to '{QUEUE}' on broker B")
-        _wait("broker A to learn of the consumer on B", lambda: view_a.demand_consumers() == 1)
+        wait_until("broker A to learn of the consumer on B", lambda: view_a.demand_consumers() == 1)
         self.say("broker A", "learned of the consumer on B: its bridge now has demand for "
                              f"'{QUEUE}' (1 consumer)")
-        forwarded = _wait(f"A to forward {self.count} messages to B",
+        forwarded = wait_until(f"A to forward {self.count} messages to B",
                           lambda: (view_a.bridge() or {}).get("forwarded") == self.count
                           and view_b.messages() == self.count and self.count)
         self.say("broker A", f"forwarded {forwarded} messages to B, where the consumer is "
@@ -169,7 +169,7 @@ class NetworkDemo:
         self._receive(rx, half)
         self.say("consumer", f"received {half} on broker B, then leaves")
         conn_b.close()
-        _wait("broker A to learn that the consumer left", lambda: view_a.demand_consumers() == 0)
+        wait_until("broker A to learn that the consumer left", lambda: view_a.demand_consumers() == 0)
         self.say("broker B", f"holds the other {view_b.messages()}; A's bridge has no demand any more")
 
         conn_a = BlockingConnection(f"amqp://127.0.0.1:{port_a}", timeout=STEP_TIMEOUT_SECONDS)
