@@ -75,7 +75,7 @@ class Demand:
 
     __slots__ = ("bridge", "key", "kind", "destination", "consumers", "path", "priority", "link", "queue",
                  "static", "forwarded", "window_start", "window_count", "selectors", "temporary", "origins",
-                 "async_send")
+                 "async_send", "withdrawn")
 
     def __init__(self, bridge: Bridge, kind: str, destination: str, path: list, priority: int, static: bool):
         self.bridge = bridge
@@ -93,6 +93,7 @@ class Demand:
         self.window_count = 0
         self.selectors = None                   # selectors the demand applies here (None: everything)
         self.async_send = not bridge.connector.always_sync_send  # non-persistent ones go pre-settled
+        self.withdrawn = False                  # its last consumer went: it waits for its forwards to settle
         self.temporary = False                  # it stands for a remote temporary queue
         self.origins: dict[str, set] = {}       # advised consumer id -> the original consumers it stands for
 
@@ -234,6 +235,16 @@ class Bridge:
             self._refresh_selectors(demand)
             return
         self.demands.pop(key, None)
+        demand.withdrawn = True  # hands out nothing more (_passes, _rate_ok)
+        if demand.link is not None and demand.link.unsettled:
+            # Forwards in flight are not abandoned: the remote may have stored them already, and a detach
+            # would put them back here to be taken twice. The link goes once the remote has settled them.
+            self.network.closing.append(demand)
+            return
+        self.finish(demand)
+
+    def finish(self, demand: Demand) -> None:
+        """Detach a withdrawn demand's network consumer and forget what it kept here."""
         if demand.link is not None:
             self.broker.detach_local(demand.link, "amqp:resource-deleted", "no more demand")
         self._drop(demand)
@@ -305,6 +316,8 @@ class Bridge:
     # -- the filter and the rewrite of each forwarded message --------------------------------------------------
     def _passes(self, demand: Demand, payload: bytes, msg=None) -> bool:
         """ActiveMQ's NetworkBridgeFilter (+ the conditional replay and rate limit) for one message."""
+        if demand.withdrawn:
+            return False
         try:
             path = message_path(payload)
         except CodecError:
@@ -347,7 +360,7 @@ class Bridge:
         return True
 
     def _rate_ok(self, demand: Demand) -> bool:
-        return self.network.rate_ok(demand)
+        return not demand.withdrawn and self.network.rate_ok(demand)
 
     def _outgoing(self, demand: Demand, msg) -> bytes:
         payload = msg.outgoing()

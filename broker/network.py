@@ -123,6 +123,7 @@ class Network:
         self._boot = uuid.uuid4().hex[:8]
         self._wakes: list = []              # heap of (clock ms, queue name)
         self._policy_cache: dict = {}
+        self.closing: list[Demand] = []      # withdrawn demands waiting for their forwards to settle
         broker.delivery.consumer_listeners.append(self.consumer_changed)
         broker.delivery.duplicates = self
 
@@ -515,6 +516,17 @@ class Network:
         if len(self._wakes) > 10_000:  # one per queue and time is plenty: keep the earliest
             self._wakes = heapq.nsmallest(1000, set(self._wakes))
             heapq.heapify(self._wakes)
+
+    def after_batch(self) -> None:
+        """Withdrawn demands whose forwards are all settled now detach (Broker.on_batch_end)."""
+        done = [d for d in self.closing if d.link is None or d.link.closed or not d.link.unsettled]
+        if done:
+            self.closing = [d for d in self.closing if d not in done]
+            for d in done:
+                if d.link is not None and d.link.closed:
+                    d.bridge._drop(d)  # the connection went meanwhile: the link is gone already
+                else:
+                    d.bridge.finish(d)
 
     def next_deadline(self) -> int | None:
         return self._wakes[0][0] if self._wakes else None

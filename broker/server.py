@@ -194,6 +194,8 @@ class Broker(ConnectionHandler):
             rounds += 1
         if browsing.cursors:  # and what those moves, or returns, put in their queues
             browsing.dispatch()
+        if self.network.closing:
+            self.network.after_batch()
         if self.federation.upstreams:
             self.federation.after_batch()
         self._arm_timer()

@@ -567,3 +567,22 @@ def test_a_dropped_bridge_leaves_no_queue_it_made_for_a_remote_temporary_queue(t
     net.ea.abort()
     net.pump()
     assert temp not in net.a.queues and not net.a.network.bridges
+
+
+def test_a_withdrawn_demand_keeps_its_forwards_in_flight_until_the_remote_settles_them(tmp_path):
+    """The consumer on B leaves while A's forwards are in flight: A must not take them back (B may have
+    stored them: a local consumer on A would get them a second time); the link goes once they settle."""
+    net = Net(tmp_path)
+    c, r = consumer(net, "b", "q", credit=0)
+    bridge = net.bridge
+    [cid] = list(bridge.by_consumer)
+    net.pipe.cut()                      # B's answers do not come back for now
+    send(net, "a", "q", ["in flight"])
+    q = net.a.queues["q"]
+    assert q.delivering_count == 1
+    bridge.on_advisory({"op": "remove", "id": cid})
+    net.pump()
+    assert (q.delivering_count, q.ready_count) == (1, 0)   # still B's to answer, not back on A
+    assert net.a.network.closing and not bridge.demands
+    ca, ra = consumer(net, "a", "q")
+    assert ca.bodies(ra) == []          # a local consumer does not get a second copy
