@@ -240,15 +240,18 @@ class Upstream:
         log.info("federation %s: queue %s pulls from %s (priority %d)", self.name, qname, self.peer_name, priority)
 
     def _stop_queue(self, qname: str) -> None:
-        receiver = self.queue_receivers.pop(qname)
-        bl = receiver.link
+        self._let_go(self.queue_receivers.pop(qname).link).close()
+        log.info("federation %s: queue %s no longer pulls", self.name, qname)
+
+    def _let_go(self, bl):
+        """Forget a receiver's link here and in wire (wire frees it after the peer's detach, unannounced);
+        returns its proton link for the caller to close or detach."""
         links = self.engine.app.links
         if links.get(bl.ptr) is bl:
             del links[bl.ptr]
         bl.closed = True
         self.engine.disown_link(bl.ptr)
-        raw.link_object(bl.ptr).close()
-        log.info("federation %s: queue %s no longer pulls", self.name, qname)
+        return raw.link_object(bl.ptr)
 
     def pull(self) -> None:
         """Credit for each queue federation receiver while its local queue has nothing ready and local
@@ -305,14 +308,7 @@ class Upstream:
     def _stop(self, address: str) -> None:
         """No demand: detach (not close) the receiver, so the upstream keeps the queue until its
         auto-delete, as Artemis removes only the remote consumer."""
-        receiver = self.receivers.pop(address)
-        bl = receiver.link
-        links = self.engine.app.links
-        if links.get(bl.ptr) is bl:
-            del links[bl.ptr]
-        bl.closed = True
-        self.engine.disown_link(bl.ptr)
-        raw.link_object(bl.ptr).detach()
+        self._let_go(self.receivers.pop(address).link).detach()
         log.info("federation %s: no demand for %s any more", self.name, address)
 
     def describe(self) -> dict:
