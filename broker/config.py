@@ -7,6 +7,10 @@ or external references).  Which elements are handled, ignored with a warning,
 or refused is tabled in :mod:`broker.xmlschema`; the reference for users is
 ``docs/broker-configuration.md``.
 
+At ~600 lines it is at the guide's limit: it is the one walk over ``<core>`` (the dispatch to each
+element's parser and the checks that span elements); the larger vocabularies already have modules of their
+own (:mod:`broker.netconfig`, :mod:`broker.fedconfig`, :mod:`broker.diverts`, :mod:`broker.xmlschema`).
+
 The objects it returns, and Artemis' address wildcards, are in
 :mod:`broker.configmodel` (re-exported here). Address wildcards follow Artemis:
 words separated by ``.``, ``*`` matches exactly one word, ``#`` matches zero or

@@ -1,5 +1,9 @@
 """The tdbroker AMQP endpoint, sans-IO: a broker made of named parts, fed events and time.
 
+A little over ~600 lines: each part's logic is in its own module; what stays here is the one place where
+a link's attach is decided (queue, subscription, browser, management, network advisory, federation
+control) and where connections and links end, which reads as one sequence.
+
 ``Broker`` implements :class:`wire.connection.ConnectionHandler` for the cold events (connections and
 links coming and going) and owns its parts, each with its own module:
 

@@ -31,19 +31,15 @@ from proton import Message, Timeout
 from proton.utils import BlockingConnection
 
 from tools.daemons import free_port
-from tools.demonet import DemoFailed, wait_until  # the demos' shared failure and polling
+# The demos share their failure, polling, step timeout and duplicate watch (tools/demonet.py).
+from tools.demonet import ARTEMIS, DUPLICATE_WATCH_SECONDS, STEP_TIMEOUT_SECONDS, DemoFailed, wait_until
 from tools.mgmtclient import ManagementClient
 
 ADDRESS = "news"
 FEDERATION = "f"
 POLICY = "p"
 MAX_HOPS = 1
-ARTEMIS = "org.apache.activemq.artemis."
 BROKERS = (1, 2, 3)
-#: How long one step may take before the demo reports it as failed (three cold brokers on a busy machine).
-STEP_TIMEOUT_SECONDS = 20.0
-#: How long the subscribers keep listening after the last expected message, so a duplicate would be seen.
-DUPLICATE_WATCH_SECONDS = 1.0
 #: A federation stream redials this often (Artemis' retry-interval; short, so the demo does not wait for
 #: brokers 2 and 3, which start after broker 1 dials them).
 RETRY_INTERVAL_MS = 100
