@@ -236,6 +236,11 @@ class ManagementFacade:
         controls = [ctl for ctl in part.controls if _stream_identity(ctl) == identity]
         if controls:
             return controls
+        for ctl in part.controls:
+            shared = getattr(ctl, "shared", None)
+            if shared is not None and shared.label == identity:
+                raise ValueError(f"federation stream {identity} shares the connection of {ctl.upstream.name} "
+                                 f"(share-connection): start or stop {ctl.upstream.name}")
         if any(f"{r['federation']}/{r['stream']}" == identity for r in part.mgmt_streams()):
             raise ValueError(f"federation stream {identity} has no dial loop: the federation runtime is not "
                              "running")

@@ -43,7 +43,8 @@ CORE_ELEMENTS = ("connectors", "discovery-groups", "broadcast-groups", "federati
 #: FEATURES that a configuration uses is refused at start-up with "FILE:LINE: <what> is parsed but not
 #: implemented yet".
 RUNTIME_SUPPORTS = {"address-policy", "queue-policy", "downstream", "transformer", "enable-divert-bindings",
-                    "discovery-group", "broadcast-group", "circuit-breaker-timeout", "connection-ttl"}
+                    "discovery-group", "broadcast-group", "circuit-breaker-timeout", "connection-ttl", "ha",
+                    "share-connection", "check-period", "call-timeout", "call-failover-timeout"}
 
 #: Feature key -> what the refusal calls it.
 FEATURES = {
@@ -752,12 +753,26 @@ def _parse_federation(ctx: Ctx, el, credentials: Credentials, connectors: dict, 
                                   f"{fname!r}{did_you_mean(ref, fed.transformers)}")
         uses.add("transformer", line)
     # Artemis shares a connection only between an upstream and a downstream to the same broker that both
-    # set share-connection; without such a pair the flag has no effect there either (and tdbroker has one
-    # connection per stream). Such a pair is what is not implemented.
-    for up in fed.upstreams:
-        for down in fed.downstreams:
-            if up.share_connection and down.share_connection and set(up.static_connectors) & set(down.static_connectors):
-                uses.add("share-connection", down.line)
+    # set share-connection; without such a pair the flag has no effect there either. The pair shares the
+    # upstream's connection (broker/fedruntime.py), so they must name the same connectors and log in alike.
+    for down in fed.downstreams:
+        if not down.share_connection:
+            continue
+        for up in fed.upstreams:
+            if not up.share_connection or not set(up.static_connectors) & set(down.static_connectors):
+                continue
+            if set(up.static_connectors) != set(down.static_connectors):
+                raise ctx.error(down.line, f"<downstream name=\"{down.name}\"> and <upstream name=\"{up.name}\"> "
+                                           "set share-connection but name different connectors "
+                                           f"({', '.join(down.static_connectors)} / {', '.join(up.static_connectors)}): "
+                                           "one connection goes to one broker; name the same connector-refs, or "
+                                           "leave share-connection out of one of them")
+            if (up.user, up.password) != (down.user, down.password):
+                raise ctx.error(down.line, f"<downstream name=\"{down.name}\"> and <upstream name=\"{up.name}\"> "
+                                           "set share-connection but log in differently: one connection has one "
+                                           "login; give them the same user and password")
+            uses.add("share-connection", down.line)
+            break
     if not fed.upstreams and not fed.downstreams:
         ctx.warn(el, f"federation {fname!r} has no <upstream> or <downstream>: it does nothing")
     return fed

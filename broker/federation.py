@@ -317,6 +317,7 @@ class Upstream:
                 "state": ctl.status if ctl is not None else "stopped", "peer": self.peer_name,
                 "reconnectAttempts": ctl.attempts if ctl is not None else 0,
                 "remote": ctl.remote or ctl.label if ctl is not None else "",
+                "lastError": ctl.last_error if ctl is not None else "", "sharedWith": "",
                 "addresses": [{"address": r.address, "policy": r.policy.name, "copied": r.copied}
                               for r in self.receivers.values()],
                 "copied": sum(r.copied for r in self.receivers.values())}

@@ -17,6 +17,7 @@ import urllib.parse
 import proton
 
 from broker.fedcommand import command_body
+from broker.fedcalls import StreamChecks, learned_targets
 from broker.federation import CONTROL_ADDRESS, Upstream
 from broker.netconfig import NetworkTarget
 from broker.netruntime import ConnectorControl, keep_up
@@ -28,16 +29,23 @@ log = logging.getLogger("broker.federation")
 
 
 class StreamControl(ConnectorControl):
-    """The dial loop's view of one federation upstream (its targets, schedule and engines)."""
+    """The dial loop's view of one federation upstream (its targets, schedule and engines); with
+    ``share-connection``, also the downstream to the same broker whose command rides on its connection."""
 
     def __init__(self, upstream: Upstream, targets: list[NetworkTarget]):
         broker = upstream.part.broker
         super().__init__(broker.network, None, targets, ",".join(f"{t.host}:{t.port}" for t in targets))
         self.upstream = upstream
+        self.learned: set[tuple[str, int]] = set()   # targets added from failover-server-list (ha)
+        self.shared: DownstreamCommand | None = None  # a downstream sharing this connection
         upstream.control = self
+        self.checks = StreamChecks(upstream.name, upstream.stream, calls=self._calls, limit_ms=self._limit_ms)
 
     def new_schedule(self) -> ReconnectSchedule:
         return _schedule(self.upstream.stream)
+
+    def share_with(self, command: DownstreamCommand) -> None:
+        self.shared = command
 
     def make_engine(self, remote: str):
         up = self.upstream
@@ -52,13 +60,42 @@ class StreamControl(ConnectorControl):
         def opened(e):
             self.opened(e)
             up.opened(e)
+            if up.stream.ha:
+                self._learn(e)
+            if self.shared is not None and not e.closing:
+                self.shared.send(e, self)
 
         engine.app.on_open = opened
         self.remote = remote
+        self.dialled = engine
         return engine
 
+    def _learn(self, engine) -> None:
+        """ha: the upstream's failover-server-list joins the targets (after the configured ones)."""
+        if self.target is None:
+            return
+        props = self.network.remote_properties(engine)
+        for t in learned_targets(props, self.target, self.network.local_urls):
+            if not any((x.host, x.port) == (t.host, t.port) for x in self.targets):
+                self.targets.append(t)
+                self.learned.add((t.host, t.port))
+                log.info("federation %s: ha: %s:%d can take over from %s", self.upstream.name, t.host, t.port,
+                         self.remote)
+        self.label = ",".join(f"{t.host}:{t.port}" for t in self.targets)
+
+    def _limit_ms(self) -> int:
+        s = self.upstream.stream
+        on_failover = self.target is not None and (self.target.host, self.target.port) in self.learned
+        return s.call_failover_timeout_ms if on_failover else s.call_timeout_ms
+
+    def _calls(self) -> list[str]:
+        return self.shared.calls() if self.shared is not None else []
+
     def describe(self) -> list[dict]:
-        return [self.upstream.describe()]
+        rows = [self.upstream.describe()]
+        if self.shared is not None:
+            rows.append(self.shared.describe(self, shared_with=self.upstream.stream.name))
+        return rows
 
 
 class _CommandLink:
@@ -67,20 +104,21 @@ class _CommandLink:
     incoming = False
     max_message_size = 0
 
-    def __init__(self, control: DownstreamControl):
+    def __init__(self, command: DownstreamCommand, control):
         self.owner = self
+        self.command = command
         self.control = control
 
     def on_delivery_update(self, engine, link, d) -> None:
         state = raw.delivery_remote_state(d)
         if state == raw.ACCEPTED:
-            self.control.commanded = "accepted"
+            self.command.commanded = "accepted"
         elif state == raw.REJECTED:
             name, description = raw.remote_condition(d)
-            self.control.commanded = "refused"
+            self.command.commanded = "refused"
             self.control.note_error(f"{name}: {description}")
             log.warning("federation %s: the remote broker refused the downstream's command: %s %s",
-                        self.control.label, name, description)
+                        self.command.label, name, description)
         if raw.delivery_settled(d) or state:
             raw.delivery_settle(d)
 
@@ -97,16 +135,57 @@ class _CommandLink:
         pass
 
 
+class DownstreamCommand:
+    """What a ``<downstream>`` says on each connection to the remote broker: the command that makes it
+    create the upstream back to this broker (``upstream-connector-ref``). Sent on the downstream's own
+    connection (:class:`DownstreamControl`) or on an upstream's that it shares (``share-connection``)."""
+
+    def __init__(self, broker, federation, stream, address_policies: list):
+        self.broker = broker
+        self.federation = federation
+        self.stream = stream
+        self.address_policies = address_policies
+        self.commanded = ""
+        self.label = f"{federation.name}/{stream.name}"
+
+    def send(self, engine, control) -> None:
+        back = self.broker.cfg.connectors[self.stream.upstream_connector_ref]
+        body = command_body(self.federation, self.stream, self.address_policies, back.host, back.port)
+        session = engine.connection.session()
+        session.open()
+        snd = session.sender(f"federation.{self.federation.name}.{self.stream.name}.command")
+        snd.target.address = CONTROL_ADDRESS
+        snd.open()
+        engine.own_link(raw.pointer(snd), _CommandLink(self, control))
+        raw.send_message(raw.pointer(snd), b"cmd", proton.Message(body=body).encode())
+        self.commanded = "sent"
+        engine.wake()
+
+    def calls(self) -> list[str]:
+        """The command, while the remote broker has not settled it (a call-timeout call)."""
+        return ["the downstream's command"] if self.commanded == "sent" else []
+
+    def describe(self, ctl, *, shared_with: str = "") -> dict:
+        return {"federation": self.federation.name, "stream": self.stream.name, "kind": "downstream",
+                "state": ctl.status, "peer": "", "reconnectAttempts": ctl.attempts,
+                "remote": ctl.remote or ctl.label, "command": self.commanded, "lastError": ctl.last_error,
+                "addresses": [], "copied": 0, "sharedWith": shared_with}
+
+
 class DownstreamControl(ConnectorControl):
-    """A ``<downstream>``: connects to the remote broker and, on each connection, sends the command that
-    makes it create the upstream back to this broker (``upstream-connector-ref``)."""
+    """A ``<downstream>`` on a connection of its own: dials the remote broker and, on each connection,
+    sends its :class:`DownstreamCommand`."""
 
     def __init__(self, broker, federation, stream, address_policies: list, targets: list[NetworkTarget]):
         super().__init__(broker.network, None, targets, ",".join(f"{t.host}:{t.port}" for t in targets))
         self.federation = federation
         self.stream = stream
-        self.address_policies = address_policies
-        self.commanded = ""
+        self.command = DownstreamCommand(broker, federation, stream, address_policies)
+        self.checks = StreamChecks(self.command.label, stream, calls=self.command.calls)
+
+    @property
+    def commanded(self) -> str:
+        return self.command.commanded
 
     def new_schedule(self) -> ReconnectSchedule:
         return _schedule(self.stream)
@@ -121,27 +200,15 @@ class DownstreamControl(ConnectorControl):
         engine = broker.new_engine(settings, server=False, remote_host=remote)
         engine.app.on_open = self._send_command
         self.remote = remote
+        self.dialled = engine
         return engine
 
     def _send_command(self, engine) -> None:
         self.opened(engine)
-        back = self.network.broker.cfg.connectors[self.stream.upstream_connector_ref]
-        body = command_body(self.federation, self.stream, self.address_policies, back.host, back.port)
-        session = engine.connection.session()
-        session.open()
-        snd = session.sender(f"federation.{self.federation.name}.{self.stream.name}.command")
-        snd.target.address = CONTROL_ADDRESS
-        snd.open()
-        engine.own_link(raw.pointer(snd), _CommandLink(self))
-        raw.send_message(raw.pointer(snd), b"cmd", proton.Message(body=body).encode())
-        self.commanded = "sent"
-        engine.wake()
+        self.command.send(engine, self)
 
     def describe(self) -> list[dict]:
-        return [{"federation": self.federation.name, "stream": self.stream.name, "kind": "downstream",
-                 "state": self.status, "peer": "", "reconnectAttempts": self.attempts,
-                 "remote": self.remote or self.label, "command": self.commanded, "lastError": self.last_error,
-                 "addresses": [], "copied": 0}]
+        return [self.command.describe(self)]
 
 
 class _StreamSchedule(ReconnectSchedule):
@@ -251,6 +318,12 @@ async def run_federation(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> Non
         for up in list(part.upstreams):
             spawn(up)
         for fed, stream, policies in part.downstreams:
+            sharing = shared_upstream(part.controls, fed, stream)
+            if sharing is not None:
+                sharing.share_with(DownstreamCommand(broker, fed, stream, policies))
+                log.info("federation %s: downstream %s shares upstream %s's connection", fed.name, stream.name,
+                         sharing.upstream.stream.name)
+                continue
             ctl = DownstreamControl(broker, fed, stream, policies, stream_targets(broker.cfg, stream))
             part.controls.append(ctl)
             nursery.start_soon(keep_up, ctl, f"federation {fed.name} downstream {stream.name}")
@@ -263,6 +336,22 @@ async def run_federation(broker, *, task_status=trio.TASK_STATUS_IGNORED) -> Non
                 nursery.start_soon(discover, group, users)
         task_status.started()
         await trio.sleep_forever()  # the upstreams a downstream's command makes later start in this nursery
+
+
+def shared_upstream(controls: list, fed, down) -> StreamControl | None:
+    """The upstream whose connection a downstream shares: Artemis shares one connection between an
+    upstream and a downstream of the same federation to the same broker when both set share-connection
+    (broker/fedconfig.py checks that they name the same connectors and log in alike)."""
+    if not down.share_connection:
+        return None
+    for ctl in controls:
+        if not isinstance(ctl, StreamControl) or ctl.shared is not None or ctl.upstream.commanded_by:
+            continue
+        up = ctl.upstream.stream
+        if (ctl.upstream.federation is fed and up.share_connection and up.static_connectors
+                and set(up.static_connectors) == set(down.static_connectors)):
+            return ctl
+    return None
 
 
 def _stream_of(ctl):

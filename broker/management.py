@@ -66,9 +66,11 @@ NETWORK_BRIDGE_ATTRIBUTES = ("name", "identity", "type", "remote", "direction", 
 # One row per federation stream (broker/facade.py): name and identity "<federation>/<stream>"; kind upstream
 # or downstream; state stopped/connecting/connected/failed; peer the connected broker's name; addresses a list
 # of {address, policy, copied} (an upstream's federation queues consumed now); copied the messages taken
-# over the current connection; command (a downstream's: sent, accepted or refused) and lastError.
+# over the current connection; command (a downstream's: sent, accepted or refused), lastError, and
+# sharedWith (a downstream riding on an upstream's connection, share-connection: that upstream's name).
 FEDERATION_STREAM_ATTRIBUTES = ("name", "identity", "type", "federation", "stream", "kind", "state", "peer",
-                                "reconnectAttempts", "remote", "addresses", "copied", "command", "lastError")
+                                "reconnectAttempts", "remote", "addresses", "copied", "command", "lastError",
+                                "sharedWith")
 # One row per federation queue another broker's federation keeps here: origin that broker's id (originName
 # its name when it is a network peer), its link's max-hops and auto-delete settings (delay in ms; message
 # count -1: any), and the queue's messageCount and consumerCount.

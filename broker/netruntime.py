@@ -54,6 +54,9 @@ class ConnectorControl:
         self.connections = 0             # connections made
         self.engine = None
         self.bridge = None
+        self.target: NetworkTarget | None = None   # the target dialled now (or last)
+        self.dialled = None              # the engine of the attempt in progress, once made
+        self.checks = None               # an object whose run(ctl, scope) watches each attempt, or None
         self.last_error = ""
         self.remote = ""
         self._opened = False
@@ -205,12 +208,16 @@ async def keep_up(ctl: ConnectorControl, what: str) -> None:
         target = ctl.targets[i % len(ctl.targets)]
         ctl.status = CONNECTING
         ctl._opened = False
+        ctl.target = target
         async with trio.open_nursery() as attempt:
             attempt.start_soon(_watch_stop, ctl, attempt.cancel_scope, what)
+            if ctl.checks is not None:
+                attempt.start_soon(ctl.checks.run, ctl, attempt.cancel_scope)
             await run_connector(target.host, target.port, ctl.make_engine, _ONE_ATTEMPT, tls=target.tls)
             attempt.cancel_scope.cancel()
         ctl.first_attempt.set()
         ctl.engine = None
+        ctl.dialled = None
         now = trio.current_time() * 1000.0
         if ctl._opened:
             schedule.connected(ctl.opened_at)

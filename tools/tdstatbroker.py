@@ -32,7 +32,7 @@ NETWORK_ATTRS = ["name", "brokerId", "peers", "bridgeCount", "duplicatesDropped"
 NETWORK_BRIDGE_ATTRS = ["name", "identity", "remote", "direction", "state", "reconnectAttempts", "connections",
                         "lastError", "peer", "demand", "forwarded"]
 FEDERATION_STREAM_ATTRS = ["identity", "federation", "stream", "kind", "state", "peer", "reconnectAttempts",
-                           "copied", "remote", "addresses", "command", "lastError"]
+                           "copied", "remote", "addresses", "command", "lastError", "sharedWith"]
 FEDERATION_QUEUE_ATTRS = ["name", "address", "origin", "originName", "maxHops", "autoDelete", "autoDeleteDelay",
                           "autoDeleteMessageCount", "messageCount", "consumerCount"]
 #: What the placeholder cells show: a bridge that is not connected has no peer yet (qdstat's "-").
@@ -112,13 +112,13 @@ def render_federation(streams: list[dict], queues: list[dict], verbose: bool = F
                                                  str(s.get("kind"))))
         s_headers = ["federation", "stream", "kind", "state", "peer", "reconnect attempts", "copied", "remote"]
         if verbose:
-            s_headers += ["command", "last error"]
+            s_headers += ["command", "last error", "shared with"]
         s_rows, a_rows = [], []
         for s in streams:
             row = [s.get("federation"), s.get("stream"), s.get("kind"), s.get("state"), s.get("peer") or NONE,
                    s.get("reconnectAttempts"), s.get("copied"), s.get("remote")]
             if verbose:
-                row += [s.get("command") or NONE, s.get("lastError") or NONE]
+                row += [s.get("command") or NONE, s.get("lastError") or NONE, s.get("sharedWith") or NONE]
             s_rows.append(row)
             for a in sorted(s.get("addresses") or [], key=lambda a: str(a.get("address"))):
                 a_rows.append([_stream_name(s), a.get("address"), a.get("policy"), a.get("copied")])

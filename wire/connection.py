@@ -38,6 +38,9 @@ log = logging.getLogger("wire.connection")
 DEFAULT_MAX_FRAME_SIZE = 16384
 # Dispatch's default idle timeout for listeners and connectors.
 DEFAULT_IDLE_TIMEOUT_SECONDS = 16
+#: An AMQP empty frame (AMQP 1.0 §2.3.1, §2.4.5: size 8, data offset 2, type 0 (AMQP), channel 0, no body):
+#: what a side sends to show it is alive when it has nothing else to say.
+EMPTY_FRAME = b"\x00\x00\x00\x08\x02\x00\x00\x00"
 # channel-max is sessions - 1; Dispatch's maxSessions default.
 DEFAULT_MAX_SESSIONS = 32768
 
@@ -187,6 +190,7 @@ class EngineConnection:
         self.output_blocked = False
         self.output_resume_at = 0
         self.refusal: tuple[str, str] | None = None  # see refuse()
+        self._heartbeat_due = False  # see send_heartbeat
         self._processing = False  # process() is draining events (see there)
         if not server:
             c.open()
@@ -284,9 +288,26 @@ class EngineConnection:
         if self._sasl_pending:
             return self._sasl_output()
         out = _OUTPUT.take_bytes(self._transport_ptr)
-        if out and self.out_pending:
-            self._output_taken(len(out))
+        if out:
+            self._heartbeat_due = False  # traffic shows we are alive
+            if self.out_pending:
+                self._output_taken(len(out))
+        elif self._heartbeat_due and out is not None:
+            self._heartbeat_due = False
+            # Nothing pending in the transport: everything it framed has been taken, so we stand between
+            # two frames and an empty frame can go in. Only while both OPENs are through and nobody closed.
+            state = self.connection.state
+            if (state & proton.Endpoint.LOCAL_ACTIVE and state & proton.Endpoint.REMOTE_ACTIVE
+                    and not self.eof):
+                return EMPTY_FRAME
         return out
+
+    def send_heartbeat(self) -> None:
+        """Send an empty frame at the next chance unless other output goes first (a keepalive of our own
+        schedule, such as a federation stream's check-period; proton sends the ones the peer's idle
+        time-out asks for by itself)."""
+        self._heartbeat_due = True
+        self.wake()
 
     def tick(self, now: float) -> float | None:
         """Run idle-timeout processing; return the next deadline (seconds) or None."""

@@ -502,6 +502,32 @@ def test_share_connection_between_an_upstream_and_a_downstream_is_refused_at_the
     assert fedconfig.FEATURES["share-connection"] in message
 
 
+def _shared_pair(down_connector: str = "netty-connector", down_attrs: str = 'name="d"') -> str:
+    down = (f"<downstream {down_attrs}>\n<static-connectors><connector-ref>{down_connector}</connector-ref>"
+            "</static-connectors>\n<share-connection>true</share-connection>\n<policy ref=\"p\"/>\n"
+            "<upstream-connector-ref>netty-connector</upstream-connector-ref>\n</downstream>")
+    return core(CONNECTORS, federation(upstream("<share-connection>true</share-connection>") + "\n" + down
+                                       + "\n" + ADDRESS_POLICY))
+
+
+def test_share_connection_between_an_upstream_and_a_downstream_to_the_same_connectors_is_accepted():
+    (fed,) = parse(_shared_pair()).federations
+    assert fed.upstreams[0].share_connection and fed.downstreams[0].share_connection
+
+
+def test_share_connection_with_partly_different_connectors_is_refused_at_the_downstream():
+    text = _shared_pair().replace(
+        "<static-connectors><connector-ref>netty-connector</connector-ref></static-connectors>\n<share",
+        "<static-connectors><connector-ref>netty-connector</connector-ref><connector-ref>eu-east-connector1"
+        "</connector-ref></static-connectors>\n<share", 1)   # the upstream's: it comes first
+    assert_error_at(text, "<downstream name", "share-connection", "different connectors")
+
+
+def test_share_connection_with_different_logins_is_refused_at_the_downstream():
+    text = _shared_pair(down_attrs='name="d" user="other" password="secret"')
+    assert_error_at(text, "<downstream name", "share-connection", "log in differently")
+
+
 @pytest.mark.parametrize("key", [g[0] for g in GATED if g[0] != "transformer"])
 def test_the_lead_lifts_a_refusal_by_adding_its_key(monkeypatch, key):
     monkeypatch.setattr(fedconfig, "RUNTIME_SUPPORTS", {"address-policy", key})

@@ -141,9 +141,9 @@ def test_federation_tables_streams_sorted_addresses_per_stream_and_queues_kept_f
 
 def test_verbose_adds_the_command_errors_and_the_origin_id():
     lines = federation_lines(verbose=True)
-    assert lines[2].split()[-3:] == ["command", "last", "error"]
-    assert lines[5].split()[-3:] == ["-", "connection", "refused"]
-    assert lines[6].split()[-2:] == ["accepted", "-"]
+    assert lines[2].split()[-5:] == ["command", "last", "error", "shared", "with"]
+    assert lines[5].split()[-4:] == ["-", "connection", "refused", "-"]
+    assert lines[6].split()[-3:] == ["accepted", "-", "-"]
     assert lines[17].split()[-1] == "broker-2-1234"
 
 
