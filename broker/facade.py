@@ -25,6 +25,14 @@ downstream's command made here), identity ``<federation>/<stream>``, and a row p
 another broker's federation keeps here (``FederationPart.federated_queues``, with the queue's counts).
 ``start_federation_stream`` / ``stop_federation_stream`` turn a stream's dial loop on and off, as
 ``start_network_connector`` / ``stop_network_connector`` do a bridge's.
+
+The broker mirror (docs/mirror.md) is read from :attr:`broker.Broker.mirror` (``MirrorPart.mgmt_sources``:
+a row per ``<mirror>`` we send, identity the amqp-connection name; ``MirrorPart.mgmt_targets``: a row per
+mirror source we are the replica of, identity the source's broker id), and the acceptors from
+:attr:`broker.Broker.acceptors` (name -> ``broker.acceptors.AcceptorControl``, filled by the daemon):
+``start_acceptor`` / ``stop_acceptor`` trigger its Trio task as the connectors' start/stop do. A broker
+without them (no mirror part, no acceptor controls: an in-process broker no daemon started) has no such
+rows, and every acceptor name is unknown.
 """
 
 from __future__ import annotations
@@ -155,6 +163,32 @@ class ManagementFacade:
                          "consumerCount": q.consumer_count})
         return rows
 
+    def mgmt_mirrors(self) -> list[dict]:
+        """Every ``<mirror>`` this broker sends, with its lag (queued events, age of the oldest)."""
+        part = getattr(self.broker, "mirror", None)
+        if part is None:
+            return []
+        return [{**row, "identity": row.get("name")} for row in part.mgmt_sources()]
+
+    def mgmt_mirror_targets(self) -> list[dict]:
+        """Every mirror source this broker is the replica of: identity its broker id, name its name (the
+        id while its name is unknown)."""
+        part = getattr(self.broker, "mirror", None)
+        if part is None:
+            return []
+        return [{**row, "identity": row.get("sourceId"), "name": row.get("sourceName") or row.get("sourceId")}
+                for row in part.mgmt_targets()]
+
+    def mgmt_acceptors(self) -> list[dict]:
+        """Every acceptor, started or not; ``bound`` the ``host:port`` addresses it listens on now."""
+        rows = []
+        for name, control in self._acceptor_controls().items():
+            row = {"name": name, **control.describe()}
+            bound = row["bound"] if "bound" in row else getattr(control, "bound", None)
+            row["bound"] = [b if isinstance(b, str) else f"{b[0]}:{b[1]}" for b in bound or []]
+            rows.append(row)
+        return rows
+
     def _peer_duplex_bridges(self) -> list:
         return [b for b in self.broker.network.bridges if b.direction == "duplex"]
 
@@ -230,6 +264,26 @@ class ManagementFacade:
         for ctl in self._federation_controls(identity):
             ctl.stop()
         log.info("federation stream %s stopped by management", identity)
+
+    def start_acceptor(self, name: str) -> None:
+        """Start listening on an acceptor (one configured ``autoStart=false``, or stopped); KeyError when
+        unknown. Its Trio task binds just after."""
+        self._acceptor(name).start()
+        log.info("acceptor %s started by management", name)
+
+    def stop_acceptor(self, name: str) -> None:
+        """Stop listening on an acceptor and close the connections made through it; KeyError when unknown."""
+        self._acceptor(name).stop()
+        log.info("acceptor %s stopped by management", name)
+
+    def _acceptor_controls(self) -> dict:
+        return getattr(self.broker, "acceptors", None) or {}
+
+    def _acceptor(self, name: str):
+        control = self._acceptor_controls().get(name)
+        if control is None:
+            raise KeyError(f"acceptor {name}")
+        return control
 
     def _federation_controls(self, identity: str) -> list:
         part = self.broker.federation

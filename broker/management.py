@@ -10,15 +10,21 @@ peers and duplicates dropped) and ``org.apache.activemq.artemis.networkBridge`` 
 ``start()``/``stop()``), and for address federation (docs/federation-protocol.md)
 ``org.apache.activemq.artemis.federationStream`` (QUERY, READ, ``startFederationStream``,
 ``stopFederationStream``: identity ``<federation>/<stream>``) and ``org.apache.activemq.artemis.federationQueue``
-(QUERY, READ: the federation queues other brokers keep here). Short names (``queue``, ``address``,
-``brokerConnection``, ``network``, ``networkBridge``, ``federationStream``, ``federationQueue``) are accepted
-too.
+(QUERY, READ: the federation queues other brokers keep here), and for the broker mirror (docs/mirror.md;
+Artemis' "AMQP Broker Connections / Mirror") ``org.apache.activemq.artemis.mirror`` (QUERY, READ: one row per
+``<mirror>`` this broker sends, with its lag) and ``org.apache.activemq.artemis.mirrorTarget`` (QUERY, READ:
+one row per mirror source this broker is the replica of), and ``org.apache.activemq.artemis.acceptor``
+(QUERY, READ, ``startAcceptor``, ``stopAcceptor``: Artemis' AcceptorControl ``start()``/``stop()``, how a
+replica's client acceptor configured with ``autoStart=false`` is enabled after a disaster). Short names
+(``queue``, ``address``, ``brokerConnection``, ``network``, ``networkBridge``, ``federationStream``,
+``federationQueue``, ``mirror``, ``mirrorTarget``, ``acceptor``) are accepted too.
 
 The agent only calls the broker's management facade (``mgmt_queues``, ``mgmt_addresses``,
 ``mgmt_connections``, ``create_queue``, ``delete_queue``, ``purge_queue``, ``start_broker_connection``,
 ``stop_broker_connection``, which the broker offers by delegation; ``mgmt_network``,
 ``mgmt_network_bridges``, ``start_network_connector``, ``stop_network_connector``, ``mgmt_federation_streams``,
-``mgmt_federation_queues``, ``start_federation_stream``, ``stop_federation_stream``, which it calls on the
+``mgmt_federation_queues``, ``start_federation_stream``, ``stop_federation_stream``, ``mgmt_mirrors``,
+``mgmt_mirror_targets``, ``mgmt_acceptors``, ``start_acceptor``, ``stop_acceptor``, which it calls on the
 broker's ``facade`` part): KeyError from it means an unknown name
 (404), ValueError an invalid request (400). Anyone who can reach the broker's ``$management`` can change
 it: there is no policy yet.
@@ -42,6 +48,9 @@ NETWORK = ARTEMIS + "network"
 NETWORK_BRIDGE = ARTEMIS + "networkBridge"
 FEDERATION_STREAM = ARTEMIS + "federationStream"
 FEDERATION_QUEUE = ARTEMIS + "federationQueue"
+MIRROR = ARTEMIS + "mirror"
+MIRROR_TARGET = ARTEMIS + "mirrorTarget"
+ACCEPTOR = ARTEMIS + "acceptor"
 
 # temporary: a dynamic (reply) queue that goes with its consumer. messageCount includes paged messages
 # (as Artemis counts them); paging / pagedMessageCount / pagedSize: what of it is in page files (tdbroker).
@@ -78,9 +87,32 @@ FEDERATION_QUEUE_ATTRIBUTES = ("name", "identity", "type", "address", "origin", 
                                "autoDelete", "autoDeleteDelay", "autoDeleteMessageCount", "messageCount",
                                "consumerCount")
 
+# One row per <mirror> this broker sends (broker/mirror.py MirrorPart.mgmt_sources): name and identity the
+# amqp-connection's; remote its uri; state the broker connection's (stopped/connecting/connected/failed);
+# snfQueue the local store-and-forward queue; target the address the mirror link targets on the replica;
+# queuedEvents the events captured and not yet confirmed by the replica, oldestEventAgeMs the age of the
+# oldest of them (0: none) -- the mirror's lag; eventsSent confirmed since start; messageEvents, ackEvents,
+# queueEvents captured since start; remoteBrokerId the replica's broker id once connected.
+MIRROR_ATTRIBUTES = ("name", "identity", "type", "remote", "state", "snfQueue", "target", "durable",
+                     "queuedEvents", "oldestEventAgeMs", "eventsSent", "messageEvents", "ackEvents",
+                     "queueEvents", "remoteBrokerId", "lastError")
+# One row per mirror source this broker is the replica of (MirrorPart.mgmt_targets): identity the source's
+# broker id, name its name (its id when unknown); what it applied, the re-sent events it skipped
+# (duplicatesSkipped), acknowledgements of messages it did not hold (acksUnmatched), and how long ago the
+# last event came (lastEventAgeMs).
+MIRROR_TARGET_ATTRIBUTES = ("name", "identity", "type", "sourceId", "sourceName", "address", "connected",
+                            "messagesApplied", "acksApplied", "queueEventsApplied", "duplicatesSkipped",
+                            "acksUnmatched", "lastEventAgeMs")
+# One row per <acceptor> (broker/acceptors.py AcceptorControl.describe): host and port as configured, bound
+# the "host:port" it listens on now (empty while not started), autoStart its URI parameter, tls, connections
+# open through it now.
+ACCEPTOR_ATTRIBUTES = ("name", "identity", "type", "host", "port", "bound", "started", "autoStart", "tls",
+                       "connections")
+
 ATTRIBUTES = {QUEUE: QUEUE_ATTRIBUTES, ADDRESS: ADDRESS_ATTRIBUTES, BROKER_CONNECTION: CONNECTION_ATTRIBUTES,
               NETWORK: NETWORK_ATTRIBUTES, NETWORK_BRIDGE: NETWORK_BRIDGE_ATTRIBUTES,
-              FEDERATION_STREAM: FEDERATION_STREAM_ATTRIBUTES, FEDERATION_QUEUE: FEDERATION_QUEUE_ATTRIBUTES}
+              FEDERATION_STREAM: FEDERATION_STREAM_ATTRIBUTES, FEDERATION_QUEUE: FEDERATION_QUEUE_ATTRIBUTES,
+              MIRROR: MIRROR_ATTRIBUTES, MIRROR_TARGET: MIRROR_TARGET_ATTRIBUTES, ACCEPTOR: ACCEPTOR_ATTRIBUTES}
 OPERATIONS = {
     QUEUE: ("QUERY", "READ", "CREATE", "DELETE", "PURGE"),
     ADDRESS: ("QUERY", "READ"),
@@ -89,7 +121,14 @@ OPERATIONS = {
     NETWORK_BRIDGE: ("QUERY", "READ", "startNetworkConnector", "stopNetworkConnector"),
     FEDERATION_STREAM: ("QUERY", "READ", "startFederationStream", "stopFederationStream"),
     FEDERATION_QUEUE: ("QUERY", "READ"),
+    MIRROR: ("QUERY", "READ"),
+    MIRROR_TARGET: ("QUERY", "READ"),
+    ACCEPTOR: ("QUERY", "READ", "startAcceptor", "stopAcceptor"),
 }
+# Entity type -> the facade's view of it, for the types a facade may lack (a test's fake of the network
+# part has no federation; a facade of an older broker no mirror): no such view, no rows.
+OPTIONAL_VIEWS = {FEDERATION_STREAM: "mgmt_federation_streams", FEDERATION_QUEUE: "mgmt_federation_queues",
+                  MIRROR: "mgmt_mirrors", MIRROR_TARGET: "mgmt_mirror_targets", ACCEPTOR: "mgmt_acceptors"}
 # Management requests that are not about one entity type.
 NODE_OPERATIONS = ("QUERY", "GET-TYPES", "GET-ATTRIBUTES", "GET-OPERATIONS", "GET-MGMT-NODES")
 
@@ -132,10 +171,8 @@ class BrokerManagement:
             source = b.mgmt_connections()
         elif type_name == NETWORK:
             source = self.facade.mgmt_network()
-        elif type_name in (FEDERATION_STREAM, FEDERATION_QUEUE):
-            # a facade without federation (a test's fake of the network part) has no such rows
-            view = getattr(self.facade, "mgmt_federation_streams" if type_name == FEDERATION_STREAM
-                           else "mgmt_federation_queues", None)
+        elif type_name in OPTIONAL_VIEWS:
+            view = getattr(self.facade, OPTIONAL_VIEWS[type_name], None)
             source = view() if view is not None else []
         else:
             source = self.facade.mgmt_network_bridges()
@@ -183,6 +220,8 @@ class BrokerManagement:
             return self._network_connector(req, start=op.startswith("START"))
         if op in ("STARTFEDERATIONSTREAM", "STOPFEDERATIONSTREAM"):
             return self._federation_stream(req, start=op.startswith("START"))
+        if op in ("STARTACCEPTOR", "STOPACCEPTOR"):
+            return self._acceptor(req, start=op.startswith("START"))
         type_name = self._type(req.type)
         if op not in ("READ", "CREATE", "DELETE", "UPDATE", "PURGE"):
             raise ManagementError(wm.NOT_IMPLEMENTED, f"operation '{op}' is not implemented")
@@ -270,6 +309,19 @@ class BrokerManagement:
             self.facade.stop_federation_stream(name)
         log.info("management: %s federation stream %s", "started" if start else "stopped", name)
         row = next((r for r in self.rows(FEDERATION_STREAM) if r["identity"] == name), {"name": name})
+        return wm.OK, row
+
+    def _acceptor(self, req: wm.Request, *, start: bool) -> tuple[int, Any]:
+        """Start or stop an acceptor by name (Artemis' AcceptorControl ``start()``/``stop()``); stopping it
+        closes the connections made through it. The answer is its row now (the Trio side binds or closes
+        just after, so ``started`` may still read the old value)."""
+        name = self._named(req, ACCEPTOR)
+        if start:
+            self.facade.start_acceptor(name)
+        else:
+            self.facade.stop_acceptor(name)
+        log.info("management: %s acceptor %s", "started" if start else "stopped", name)
+        row = next((r for r in self.rows(ACCEPTOR) if r["name"] == name), {"name": name})
         return wm.OK, row
 
     def _broker_connection(self, req: wm.Request, *, start: bool) -> tuple[int, Any]:
