@@ -501,7 +501,9 @@ def run(opts, out=sys.stdout) -> int:
                 return 0
             parts = render_broker(data["queues"], data["brokerConnections"], opts.verbose,
                                   network=data["network"], bridges=data["networkBridges"],
-                                  streams=data["federationStreams"], federation_queues=data["federationQueues"])
+                                  streams=data["federationStreams"], federation_queues=data["federationQueues"],
+                                  mirrors=data["mirrors"], mirror_targets=data["mirrorTargets"],
+                                  acceptors=data["acceptors"])
             lines = header(now, f"broker {opts.bus}") + render_lines(parts, opts.csv)
             print("\n".join(lines), file=out)
             return 0
@@ -544,7 +546,9 @@ def parser() -> argparse.ArgumentParser:
                               (("--vhostgroups",), "vhostgroups", "vhost user groups"),
                               (("--vhoststats",), "vhoststats", "vhost statistics"),
                               (("-e", "--edge"), "edge", "edge router connections"),
-                              (("--broker",), "broker", "a tdbroker's queues, broker connections and network bridges")):
+                              (("--broker",), "broker",
+                               "a tdbroker's queues, broker connections, network bridges, federation, mirrors and "
+                               "acceptors")):
         views.add_argument(*flags, dest="view", action="store_const", const=view, help=f"show {text}")
     p.add_argument("-b", "--bus", default="127.0.0.1:5672",
                    help="host:port or amqp[s]://host:port of the router or broker")

@@ -1,5 +1,5 @@
-"""``tdstat --broker``: a tdbroker's queues, broker connections, network bridges and federation
-(docs/management.md).
+"""``tdstat --broker``: a tdbroker's queues, broker connections, network bridges, federation, mirrors and
+acceptors (docs/management.md).
 
 A tdbroker has no qdstat view of its own, so the tables keep qdstat's layout (:class:`tools.tdstat.Table`)
 with Artemis' and ActiveMQ's names for what they show:
@@ -12,7 +12,12 @@ with Artemis' and ActiveMQ's names for what they show:
 * **Federation Streams** and **Federated Addresses**: only when the broker has a federation stream (an
   ``<upstream>`` or ``<downstream>``, or an upstream a remote downstream's command made), and **Federation
   Queues (kept for other brokers)**: only when other brokers' federations keep queues here
-  (docs/federation-protocol.md).
+  (docs/federation-protocol.md);
+* **Mirrors** (each ``<mirror>`` this broker sends: its state and lag) and **Mirror Targets** (each mirror
+  source this broker is the replica of: what it applied): each only when it has rows (docs/mirror.md);
+* **Acceptors**: with ``-v``, and without it only when some acceptor is not listening -- a
+  disaster-recovery replica whose client acceptor waits for ``startAcceptor`` shows it, a broker whose
+  acceptors all listen prints what it always printed.
 
 Rendering is pure (rows in, tables out) so it is tested from canned rows; :func:`fetch_broker` does the
 management QUERYs (broker/management.py's entity types). tools/tdstat.py imports this module when it
@@ -22,7 +27,7 @@ shows a broker (it holds the layout this module uses).
 from __future__ import annotations
 
 from tools.mgmtclient import ManagementClient
-from tools.tdstat import Table
+from tools.tdstat import Table, fmt_time
 
 ARTEMIS = "org.apache.activemq.artemis."
 QUEUE_ATTRS = ["name", "address", "routingType", "durable", "messageCount", "pagedMessageCount", "consumerCount",
@@ -35,13 +40,23 @@ FEDERATION_STREAM_ATTRS = ["identity", "federation", "stream", "kind", "state", 
                            "copied", "remote", "addresses", "command", "lastError", "sharedWith"]
 FEDERATION_QUEUE_ATTRS = ["name", "address", "origin", "originName", "maxHops", "autoDelete", "autoDeleteDelay",
                           "autoDeleteMessageCount", "messageCount", "consumerCount"]
+MIRROR_ATTRS = ["name", "remote", "state", "snfQueue", "target", "durable", "queuedEvents", "oldestEventAgeMs",
+                "eventsSent", "messageEvents", "ackEvents", "queueEvents", "remoteBrokerId", "lastError"]
+MIRROR_TARGET_ATTRS = ["name", "sourceId", "sourceName", "address", "connected", "messagesApplied", "acksApplied",
+                       "queueEventsApplied", "duplicatesSkipped", "acksUnmatched", "lastEventAgeMs"]
+ACCEPTOR_ATTRS = ["name", "host", "port", "bound", "started", "autoStart", "tls", "connections"]
+#: Below this an age reads in milliseconds (a mirror's lag is usually a few of them); from it on in
+#: tdstat's ddd:hh:mm:ss.
+AGE_MS_LIMIT = 10_000
 #: What the placeholder cells show: a bridge that is not connected has no peer yet (qdstat's "-").
 NONE = "-"
 
 
 def render_broker(queues: list[dict], connections: list[dict], verbose: bool = False, *,
                   network: list[dict] | None = None, bridges: list[dict] | None = None,
-                  streams: list[dict] | None = None, federation_queues: list[dict] | None = None) -> list[Table]:
+                  streams: list[dict] | None = None, federation_queues: list[dict] | None = None,
+                  mirrors: list[dict] | None = None, mirror_targets: list[dict] | None = None,
+                  acceptors: list[dict] | None = None) -> list[Table]:
     """The tables of ``tdstat --broker`` (see the module docstring)."""
     queues = [q for q in queues if verbose or not q.get("temporary")]
     q_rows = [[q.get("name"), q.get("address"), q.get("routingType"), "yes" if q.get("durable") else "no",
@@ -54,7 +69,9 @@ def render_broker(queues: list[dict], connections: list[dict], verbose: bool = F
                                 "delivered", "acked", "dead-lettered"], q_rows),
               Table("\nBroker Connections", ["name", "uri", "status", "links"], c_rows)]
     return (tables + render_network(network or [], bridges or [], verbose)
-            + render_federation(streams or [], federation_queues or [], verbose))
+            + render_federation(streams or [], federation_queues or [], verbose)
+            + render_mirror(mirrors or [], mirror_targets or [], verbose)
+            + render_acceptors(acceptors or [], verbose))
 
 
 def in_a_network(network: list[dict], bridges: list[dict]) -> bool:
@@ -142,6 +159,77 @@ def render_federation(streams: list[dict], queues: list[dict], verbose: bool = F
     return tables
 
 
+def fmt_age(ms) -> str:
+    """An age in milliseconds: ``340ms`` below :data:`AGE_MS_LIMIT`, tdstat's ddd:hh:mm:ss from there."""
+    if ms is None:
+        return NONE
+    return f"{int(ms)}ms" if ms < AGE_MS_LIMIT else fmt_time(ms / 1000)
+
+
+def _yes(value) -> str:
+    return "yes" if value else "no"
+
+
+def render_mirror(mirrors: list[dict], targets: list[dict], verbose: bool = False) -> list[Table]:
+    """Mirrors (each ``<mirror>`` this broker sends: the broker connection's state, its lag -- events
+    captured and not yet confirmed by the replica, and the age of the oldest, ``-`` when none is queued --
+    and the events the replica confirmed) and Mirror Targets (each source this broker is the replica of:
+    connected or not, the messages and acknowledgements applied and the re-sent events skipped). Each only
+    when it has rows."""
+    tables = []
+    if mirrors:
+        headers = ["name", "state", "remote", "queued events", "oldest age", "sent"]
+        if verbose:
+            headers += ["message events", "ack events", "queue events", "snf queue", "target", "durable",
+                        "remote broker id", "last error"]
+        rows = []
+        for m in sorted(mirrors, key=lambda m: str(m.get("name"))):
+            queued = m.get("queuedEvents")
+            row = [m.get("name"), m.get("state"), m.get("remote"), queued,
+                   fmt_age(m.get("oldestEventAgeMs")) if queued else NONE, m.get("eventsSent")]
+            if verbose:
+                row += [m.get("messageEvents"), m.get("ackEvents"), m.get("queueEvents"), m.get("snfQueue"),
+                        m.get("target"), _yes(m.get("durable")), m.get("remoteBrokerId") or NONE,
+                        m.get("lastError") or NONE]
+            rows.append(row)
+        tables.append(Table("\nMirrors", headers, rows))
+    if targets:
+        headers = ["source", "connected", "messages applied", "acks applied", "duplicates skipped"]
+        if verbose:
+            headers += ["queue events applied", "acks unmatched", "last event age", "source id", "address"]
+        rows = []
+        for t in sorted(targets, key=lambda t: (str(t.get("sourceName") or t.get("sourceId")))):
+            row = [t.get("sourceName") or t.get("sourceId") or NONE, _yes(t.get("connected")),
+                   t.get("messagesApplied"), t.get("acksApplied"), t.get("duplicatesSkipped")]
+            if verbose:
+                row += [t.get("queueEventsApplied"), t.get("acksUnmatched"), fmt_age(t.get("lastEventAgeMs")),
+                        t.get("sourceId") or NONE, t.get("address") or NONE]
+            rows.append(row)
+        tables.append(Table("\nMirror Targets", headers, rows))
+    return tables
+
+
+def _listening(a: dict) -> str:
+    """Where an acceptor listens now, or (not started) where it is configured to."""
+    bound = a.get("bound") or []
+    return ", ".join(bound) if bound else f"{a.get('host')}:{a.get('port')}"
+
+
+def render_acceptors(acceptors: list[dict], verbose: bool = False) -> list[Table]:
+    """Acceptors (where each listens, whether it is started): with ``-v``, or when one is not started."""
+    if not acceptors or not (verbose or any(not a.get("started") for a in acceptors)):
+        return []
+    headers = ["name", "host:port", "started", "auto-start", "connections"] + (["tls"] if verbose else [])
+    rows = []
+    for a in sorted(acceptors, key=lambda a: str(a.get("name"))):
+        row = [a.get("name"), _listening(a), _yes(a.get("started")), _yes(a.get("autoStart")),
+               a.get("connections")]
+        if verbose:
+            row.append(_yes(a.get("tls")))
+        rows.append(row)
+    return [Table("\nAcceptors", headers, rows)]
+
+
 def fetch_broker(client: ManagementClient, limit: int | None = None) -> dict:
     """The rows ``tdstat --broker`` shows, keyed as its ``--json`` prints them."""
     return {
@@ -151,9 +239,13 @@ def fetch_broker(client: ManagementClient, limit: int | None = None) -> dict:
         "networkBridges": client.query(ARTEMIS + "networkBridge", NETWORK_BRIDGE_ATTRS, limit=limit),
         "federationStreams": client.query(ARTEMIS + "federationStream", FEDERATION_STREAM_ATTRS, limit=limit),
         "federationQueues": client.query(ARTEMIS + "federationQueue", FEDERATION_QUEUE_ATTRS, limit=limit),
+        "mirrors": client.query(ARTEMIS + "mirror", MIRROR_ATTRS, limit=limit),
+        "mirrorTargets": client.query(ARTEMIS + "mirrorTarget", MIRROR_TARGET_ATTRS, limit=limit),
+        "acceptors": client.query(ARTEMIS + "acceptor", ACCEPTOR_ATTRS, limit=limit),
     }
 
 
-__all__ = ["BROKER_CONNECTION_ATTRS", "FEDERATION_QUEUE_ATTRS", "FEDERATION_STREAM_ATTRS", "NETWORK_ATTRS",
-           "NETWORK_BRIDGE_ATTRS", "QUEUE_ATTRS", "fetch_broker", "in_a_network", "render_broker",
-           "render_federation", "render_network"]
+__all__ = ["ACCEPTOR_ATTRS", "BROKER_CONNECTION_ATTRS", "FEDERATION_QUEUE_ATTRS", "FEDERATION_STREAM_ATTRS",
+           "MIRROR_ATTRS", "MIRROR_TARGET_ATTRS", "NETWORK_ATTRS", "NETWORK_BRIDGE_ATTRS", "QUEUE_ATTRS",
+           "fetch_broker", "fmt_age", "in_a_network", "render_acceptors", "render_broker", "render_federation",
+           "render_mirror", "render_network"]

@@ -1,0 +1,189 @@
+"""``tdstat --broker``'s mirror and acceptor tables (tools/tdstatbroker.py): from canned management rows, and
+end to end through a real broker's management agent (broker/management.py) with the mirror part and
+acceptor controls faked (tests/unit/broker/test_mirror_mgmt.py tests those entity types themselves)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+from tests.paths import REPO
+from tools.tdstat import render_broker, render_lines
+from tools.tdstatbroker import fetch_broker, fmt_age
+
+MIRRORS = [
+    {"name": "dr", "remote": "tcp://127.0.0.1:61733", "state": "connected", "snfQueue": "$ACTIVEMQ_ARTEMIS_MIRROR_dr",
+     "target": "$ACTIVEMQ_ARTEMIS_MIRROR_dr", "durable": True, "queuedEvents": 12, "oldestEventAgeMs": 340,
+     "eventsSent": 9000, "messageEvents": 6000, "ackEvents": 3000, "queueEvents": 12,
+     "remoteBrokerId": "mirror-replica-0b7e", "lastError": ""},
+    {"name": "backup", "remote": "tcp://127.0.0.1:61740", "state": "connecting",
+     "snfQueue": "$ACTIVEMQ_ARTEMIS_MIRROR_backup", "target": "backup.events", "durable": False, "queuedEvents": 0,
+     "oldestEventAgeMs": 0, "eventsSent": 0, "messageEvents": 0, "ackEvents": 0, "queueEvents": 0,
+     "remoteBrokerId": "", "lastError": "connection refused"},
+]
+TARGETS = [
+    {"name": "mirror-source", "sourceId": "mirror-source-5c0e", "sourceName": "mirror-source",
+     "address": "$ACTIVEMQ_ARTEMIS_MIRROR_dr", "connected": True, "messagesApplied": 6000, "acksApplied": 2990,
+     "queueEventsApplied": 4, "duplicatesSkipped": 3, "acksUnmatched": 0, "lastEventAgeMs": 15},
+]
+ACCEPTORS = [
+    {"name": "mirror", "host": "127.0.0.1", "port": 61733, "bound": ["127.0.0.1:61733"], "started": True,
+     "autoStart": True, "tls": False, "connections": 1},
+    {"name": "amqp", "host": "127.0.0.1", "port": 61732, "bound": [], "started": False, "autoStart": False,
+     "tls": False, "connections": 0},
+]
+
+
+def tail(verbose=False, **tables) -> list[str]:
+    """The lines after Queues and Broker Connections (both empty here)."""
+    out = render_lines(render_broker([], [], verbose, **tables))
+    return out[out.index("Broker Connections") + 3:]
+
+
+def test_mirrors_show_state_and_lag_sorted_by_name():
+    assert tail(mirrors=MIRRORS) == [
+        "",
+        "Mirrors",
+        "  name    state       remote                 queued events  oldest age  sent",
+        "  " + "=" * 76,
+        "  backup  connecting  tcp://127.0.0.1:61740  0              -           0",
+        "  dr      connected   tcp://127.0.0.1:61733  12             340ms       9000",
+    ]
+
+
+def test_verbose_mirrors_add_counts_queue_target_and_error():
+    lines = tail(True, mirrors=MIRRORS)
+    assert lines[2].split()[8:] == ["message", "events", "ack", "events", "queue", "events", "snf", "queue",
+                                    "target", "durable", "remote", "broker", "id", "last", "error"]
+    assert lines[4].split()[6:] == ["0", "0", "0", "$ACTIVEMQ_ARTEMIS_MIRROR_backup", "backup.events", "no", "-",
+                                    "connection", "refused"]
+    assert lines[5].split()[6:] == ["6000", "3000", "12", "$ACTIVEMQ_ARTEMIS_MIRROR_dr",
+                                    "$ACTIVEMQ_ARTEMIS_MIRROR_dr", "yes", "mirror-replica-0b7e", "-"]
+
+
+def test_mirror_targets_and_their_verbose_columns():
+    assert tail(mirror_targets=TARGETS) == [
+        "",
+        "Mirror Targets",
+        "  source         connected  messages applied  acks applied  duplicates skipped",
+        "  " + "=" * 78,
+        "  mirror-source  yes        6000              2990          3",
+    ]
+    verbose = tail(True, mirror_targets=TARGETS)
+    assert verbose[4].split()[5:] == ["4", "0", "15ms", "mirror-source-5c0e", "$ACTIVEMQ_ARTEMIS_MIRROR_dr"]
+    # a source whose name is not known yet shows its id
+    assert tail(mirror_targets=[dict(TARGETS[0], sourceName="")])[4].split()[0] == "mirror-source-5c0e"
+
+
+def test_no_mirror_rows_no_mirror_tables():
+    assert tail(mirrors=[], mirror_targets=[]) == []
+    assert tail(True) == []
+
+
+def test_acceptors_only_when_one_is_not_started_or_with_verbose():
+    started = [a for a in ACCEPTORS if a["started"]]
+    assert tail(acceptors=started) == []
+    assert tail(acceptors=ACCEPTORS) == [
+        "",
+        "Acceptors",
+        "  name    host:port        started  auto-start  connections",
+        "  " + "=" * 59,
+        "  amqp    127.0.0.1:61732  no       no          0",
+        "  mirror  127.0.0.1:61733  yes      yes         1",
+    ]
+    verbose = tail(True, acceptors=started)
+    assert verbose[2].split() == ["name", "host:port", "started", "auto-start", "connections", "tls"]
+    assert verbose[4].split() == ["mirror", "127.0.0.1:61733", "yes", "yes", "1", "no"]
+
+
+def test_ages_read_in_ms_then_in_tdstat_time():
+    assert [fmt_age(v) for v in (None, 0, 9999, 10_000, 3_725_000)] == ["-", "0ms", "9999ms", "000:00:00:10",
+                                                                        "000:01:02:05"]
+
+
+def test_csv_keeps_the_columns():
+    out = render_lines(render_broker([], [], mirrors=MIRRORS[1:], acceptors=ACCEPTORS), csv=True)
+    assert '"name","state","remote","queued events","oldest age","sent"' in out
+    assert '"backup","connecting","tcp://127.0.0.1:61740","0","-","0"' in out
+    assert '"amqp","127.0.0.1:61732","no","no","0"' in out
+
+
+def _doc_example(after: str) -> list[str]:
+    doc = (REPO / "docs" / "management.md").read_text()
+    return doc.split(after + "\n\n```text\n", 1)[1].split("```", 1)[0].splitlines()
+
+
+def test_the_examples_in_docs_management_md_are_what_tdstat_prints():
+    source = [dict(MIRRORS[1], name="dr", remote="tcp://127.0.0.1:61733", state="connected", queuedEvents=12,
+                   oldestEventAgeMs=340, eventsSent=9000)]
+    assert tail(mirrors=source)[1:] == _doc_example("Here the source of `conf/mirror/` while a producer sends:")
+    assert tail(mirror_targets=TARGETS, acceptors=ACCEPTORS)[1:] == _doc_example(
+        "The replica of `conf/mirror/` before a failover:")
+
+
+# -- end to end: tdstat's queries answered by a real broker's agent -------------------------------------------
+class AgentClient:
+    """tools.mgmtclient.ManagementClient's ``query``, answered in-process by a BrokerManagement."""
+
+    def __init__(self, mgmt):
+        self.mgmt = mgmt
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def query(self, entity_type, attribute_names=(), *, limit=None, router_id=None):
+        from wire import management as wm
+
+        request = wm.build_request("QUERY", entityType=entity_type, reply_to="r", correlation_id="c",
+                                   body={"attributeNames": list(attribute_names)})
+        resp = wm.parse_response(self.mgmt.handle(request))
+        assert resp.status == 200, resp.description
+        return [dict(zip(resp.body["attributeNames"], r)) for r in resp.body["results"]]
+
+
+def _agent_with_mirror(tmp_path):
+    from broker.management import BrokerManagement
+    from tests.unit.broker.fixtures import make_broker
+    from tests.unit.broker.test_mirror_mgmt import SOURCE_ROW, TARGET_ROW, FakeAcceptor, FakeMirror
+
+    broker = make_broker(tmp_path)
+    broker.mirror = FakeMirror([SOURCE_ROW], [TARGET_ROW])
+    broker.acceptors = {"amqp": FakeAcceptor("amqp", 61732, auto_start=False),
+                        "mirror": FakeAcceptor("mirror", 61733)}
+    return BrokerManagement(broker)
+
+
+def test_fetch_broker_reads_every_mirror_and_acceptor_attribute_the_agent_has(tmp_path):
+    data = fetch_broker(AgentClient(_agent_with_mirror(tmp_path)))
+    [mirror] = data["mirrors"]
+    assert mirror["queuedEvents"] == 12 and mirror["oldestEventAgeMs"] == 340 and mirror["snfQueue"]
+    assert None not in mirror.values()  # every attribute tdstat asks for exists on the agent
+    [target] = data["mirrorTargets"]
+    assert target["sourceName"] == "site-a" and None not in target.values()
+    assert {a["name"]: a["started"] for a in data["acceptors"]} == {"amqp": False, "mirror": True}
+    assert None not in data["acceptors"][0].values()
+
+
+def test_tdstat_broker_prints_the_tables_and_json_has_the_rows(tmp_path, monkeypatch):
+    from tools import tdstat
+
+    mgmt = _agent_with_mirror(tmp_path)
+    monkeypatch.setattr(tdstat, "ManagementClient", lambda *a, **kw: AgentClient(mgmt))
+    opts = argparse.Namespace(view="broker", bus="127.0.0.1:61733", timeout=5, router=None, limit=None,
+                              verbose=False, csv=False, json=False)
+    out = io.StringIO()
+    assert tdstat.run(opts, out) == 0
+    text = out.getvalue().splitlines()
+    assert "Mirrors" in text and "Mirror Targets" in text and "Acceptors" in text
+    assert text[text.index("Mirrors") + 3].split() == ["dr", "connected", "tcp://10.0.0.2:61616", "12", "340ms",
+                                                       "9000"]
+    out = io.StringIO()
+    assert tdstat.run(argparse.Namespace(**{**vars(opts), "json": True}), out) == 0
+    data = json.loads(out.getvalue())
+    assert [m["name"] for m in data["mirrors"]] == ["dr"]
+    assert [t["sourceId"] for t in data["mirrorTargets"]] == ["source-19c2"]
+    assert sorted(a["name"] for a in data["acceptors"]) == ["amqp", "mirror"]
