@@ -7,9 +7,10 @@ or external references).  Which elements are handled, ignored with a warning,
 or refused is tabled in :mod:`broker.xmlschema`; the reference for users is
 ``docs/broker-configuration.md``.
 
-At ~600 lines it is at the guide's limit: it is the one walk over ``<core>`` (the dispatch to each
-element's parser and the checks that span elements); the larger vocabularies already have modules of their
-own (:mod:`broker.netconfig`, :mod:`broker.fedconfig`, :mod:`broker.diverts`, :mod:`broker.xmlschema`).
+It is the one walk over ``<core>`` (the dispatch to each element's parser and the checks that span
+elements); the larger vocabularies have modules of their own (:mod:`broker.configconn` for
+``<broker-connections>``, :mod:`broker.netconfig`, :mod:`broker.fedconfig`, :mod:`broker.diverts`,
+:mod:`broker.xmlschema`).
 
 The objects it returns, and Artemis' address wildcards, are in
 :mod:`broker.configmodel` (re-exported here). Address wildcards follow Artemis:
@@ -23,39 +24,28 @@ and the documented defaults fill in the rest.
 from __future__ import annotations
 
 import pathlib
-import re
-import urllib.parse
-import xml.etree.ElementTree as ET
-
-from wire.sasl import is_loopback
 
 from . import diverts as divertconfig, netconfig, xmlschema as xs
 from . import fedconfig  # Artemis core federation: <connectors>, <federations> ... (broker/fedconfig.py)
 from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
     ANY_WORDS, DELIMITER, SINGLE_WORD, Acceptor, AddressConfig,
     AddressSettings, BrokerConfig, BrokerConnection, BrokerConnectionElement, FlowRecordsConfig, QueueConfig,
-    artemis_match, match_specificity_cmp,
+    artemis_match, check_wildcard_words, match_specificity_cmp,
 )
+from .configconn import parse_broker_connections  # <broker-connections> (broker/configconn.py)
 from .credentials import Credentials, CredentialsError
 from .selector import SelectorError, parse as parse_selector
 from .security import (
     ENFORCED_PERMISSIONS, ROLES_FILE, UNENFORCED_PERMISSIONS, SecurityFileError, SecuritySetting, load_security,
-    redacted_uri, uri_tls, users_path,
+    uri_tls, users_path,
 )
-from .xmlschema import BrokerConfigError, Ctx, children, did_you_mean, local
+from .xmlschema import BrokerConfigError, Ctx, children, did_you_mean, unknown_element
 
 __all__ = [
     "Acceptor", "AddressConfig", "AddressSettings", "BrokerConfig", "BrokerConfigError", "FlowRecordsConfig",
     "BrokerConnection", "BrokerConnectionElement", "QueueConfig", "artemis_match",
     "load_broker_config", "match_specificity_cmp", "parse_broker_config",
 ]
-
-def _check_wildcard_words(ctx: Ctx, elem, what: str, pattern: str) -> None:
-    for word in pattern.split(DELIMITER):
-        if word not in (ANY_WORDS, SINGLE_WORD) and (ANY_WORDS in word or SINGLE_WORD in word):
-            raise ctx.error(elem, f"{what} {pattern!r}: '#' and '*' must stand for a whole word "
-                                  f"between '{DELIMITER}' separators")
-
 
 def _address_setting_match(ctx: Ctx, elem, raw: str) -> str:
     """Validate an address-setting ``match``; Artemis allows ``#`` only as the last word."""
@@ -66,36 +56,8 @@ def _address_setting_match(ctx: Ctx, elem, raw: str) -> str:
         ctx.warn(elem, f"match {raw!r} read as {pattern!r}; write the '{ANY_WORDS}' as a word of its own")
     if ANY_WORDS in pattern[:-1]:
         raise ctx.error(elem, f"address-setting match {raw!r}: '#' may only be the last word")
-    _check_wildcard_words(ctx, elem, "address-setting match", pattern)
+    check_wildcard_words(ctx, elem, "address-setting match", pattern)
     return pattern
-
-
-# --- URIs --------------------------------------------------------------------
-
-_PARAM_SPLIT = re.compile(r"[;&]")
-
-
-def _parse_tcp_uri(ctx: Ctx, elem, uri: str, what: str) -> tuple[str, int, dict]:
-    """``tcp://HOST:PORT?k=v;k=v`` -> (host, port, params)."""
-    try:
-        parts = urllib.parse.urlsplit(uri.strip())
-        port = parts.port
-    except ValueError as exc:
-        raise ctx.error(elem, f"{what} {uri!r} is not a valid URI: {exc}") from None
-    if parts.scheme != "tcp":
-        raise ctx.error(elem, f"{what} {uri!r} must start with tcp:// (got scheme {parts.scheme!r})")
-    if parts.path not in ("", "/"):
-        raise ctx.error(elem, f"{what} {uri!r} has an unexpected path {parts.path!r}")
-    if port is None and parts.netloc.endswith(":"):
-        raise ctx.error(elem, f"{what} {uri!r} has an empty port")
-    params = {}
-    for item in filter(None, _PARAM_SPLIT.split(parts.query)):
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise ctx.error(elem, f"{what} {uri!r}: query parameter {item!r} is not key=value")
-        params[key] = urllib.parse.unquote(value)
-    host = parts.hostname or xs.DEFAULT_ACCEPTOR_HOST
-    return host, xs.DEFAULT_ACCEPTOR_PORT if port is None else port, params
 
 
 # --- parsing -----------------------------------------------------------------
@@ -131,10 +93,6 @@ def parse_broker_config(text, path: str = "<broker.xml>") -> BrokerConfig:
     if core is None:
         raise ctx.error(root, f"<configuration> has no <core xmlns=\"{xs.CORE_NS}\"> element")
     return _parse_core(ctx, core)
-
-
-def _unknown(ctx: Ctx, elem, parent: str, choices) -> BrokerConfigError:
-    return ctx.error(elem, f"unknown element <{local(elem)}> in <{parent}>{did_you_mean(local(elem), choices)}")
 
 
 def _once(ctx: Ctx, seen: dict, name: str, elem) -> None:
@@ -202,7 +160,7 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
             fed_elements[name] = el
             continue
         if name not in xs.CORE_HANDLED:
-            raise _unknown(ctx, el, "core", known)
+            raise unknown_element(ctx, el, "core", known)
         _once(ctx, seen, name, el)
         if name == "name":
             cfg.name = ctx.text(el)
@@ -225,7 +183,7 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
         elif name == "address-settings":
             cfg.address_settings = _parse_address_settings(ctx, el)
         elif name == "broker-connections":
-            cfg.broker_connections = _parse_broker_connections(ctx, el, credentials)
+            cfg.broker_connections = parse_broker_connections(ctx, el, credentials)
         elif name == "flow-records":
             cfg.flow_records = _parse_flow_records(ctx, el)
         elif name == "global-max-size":
@@ -297,7 +255,7 @@ def _parse_security_settings(ctx: Ctx, parent) -> list[SecuritySetting]:
     matches: dict[str, int] = {}
     for name, el in children(ctx, parent):
         if name != "security-setting":
-            raise _unknown(ctx, el, "security-settings", ["security-setting"])
+            raise unknown_element(ctx, el, "security-settings", ["security-setting"])
         ctx.check_attrs(el, ("match",))
         match = _address_setting_match(ctx, el, ctx.attr(el, "match", required=True))
         if match in matches:
@@ -306,7 +264,7 @@ def _parse_security_settings(ctx: Ctx, parent) -> list[SecuritySetting]:
         permissions: dict[str, frozenset] = {}
         for pname, pel in children(ctx, el):
             if pname != "permission":
-                raise _unknown(ctx, pel, "security-setting", ["permission"])
+                raise unknown_element(ctx, pel, "security-setting", ["permission"])
             ctx.check_attrs(pel, ("type", "roles"))
             kind = ctx.attr(pel, "type", required=True)
             if kind in UNENFORCED_PERMISSIONS:
@@ -339,7 +297,7 @@ def _parse_flow_records(ctx: Ctx, el) -> FlowRecordsConfig:
         raise ctx.error(el, f"<flow-records> rotate-mb must be positive, got {rotate}")
     for child in el:
         if isinstance(child.tag, str):
-            raise _unknown(ctx, child, "flow-records", [])
+            raise unknown_element(ctx, child, "flow-records", [])
     return FlowRecordsConfig(directory, sample, rotate, el.line)
 
 
@@ -348,7 +306,7 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
     names: dict[str, int] = {}
     for name, el in children(ctx, parent):
         if name != "acceptor":
-            raise _unknown(ctx, el, "acceptors", ["acceptor"])
+            raise unknown_element(ctx, el, "acceptors", ["acceptor"])
         ctx.check_attrs(el, ("name",))
         aname = ctx.attr(el, "name") or f"acceptor-{len(out) + 1}"
         if aname in names:
@@ -357,7 +315,7 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
         if not xs.has_text(el):
             raise ctx.error(el, f"<acceptor name=\"{aname}\"> needs a URI such as "
                                 "tcp://0.0.0.0:5672?protocols=AMQP")
-        host, port, params = _parse_tcp_uri(ctx, el, ctx.text(el), "acceptor URI")
+        host, port, params = xs.parse_tcp_uri(ctx, el, ctx.text(el), "acceptor URI")
         raw = params.pop("protocols", None)
         if raw is None:
             protocols = (xs.AMQP_PROTOCOL,)
@@ -373,10 +331,12 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
                                          xs.DEFAULT_CONNECTIONS_ALLOWED, minimum=-1)
         handshake_timeout = _int_param(ctx, el, aname, params, "handshake-timeout",
                                        xs.DEFAULT_HANDSHAKE_TIMEOUT_SECONDS, minimum=0)
+        auto_start = xs.convert(ctx, el, f"acceptor {aname!r}: autoStart",
+                                params.pop("autoStart", str(xs.DEFAULT_ACCEPTOR_AUTO_START).lower()), "bool")
         tls = uri_tls(ctx, el, f"acceptor {aname!r}", params, server=True)
         out.append(Acceptor(aname, host, port, protocols, params, el.line,
                             connections_allowed=connections_allowed, handshake_timeout=float(handshake_timeout),
-                            tls=tls))
+                            tls=tls, auto_start=auto_start))
     return out
 
 
@@ -400,7 +360,7 @@ def _parse_addresses(ctx: Ctx, parent) -> list[AddressConfig]:
     queue_lines: dict[str, int] = {}
     for name, el in children(ctx, parent):
         if name != "address":
-            raise _unknown(ctx, el, "addresses", ["address"])
+            raise unknown_element(ctx, el, "addresses", ["address"])
         ctx.check_attrs(el, ("name",))
         aname = ctx.attr(el, "name", required=True)
         if aname in addr_lines:
@@ -412,12 +372,12 @@ def _parse_addresses(ctx: Ctx, parent) -> list[AddressConfig]:
             if rname == "queue":
                 raise ctx.error(rel, f"<queue> must be inside <anycast> or <multicast> of address {aname!r}")
             if rname not in ("anycast", "multicast"):
-                raise _unknown(ctx, rel, "address", ["anycast", "multicast"])
+                raise unknown_element(ctx, rel, "address", ["anycast", "multicast"])
             _once(ctx, seen_rt, rname, rel)
             addr.routing_types.add(rname)
             for qname, qel in children(ctx, rel):
                 if qname != "queue":
-                    raise _unknown(ctx, qel, rname, ["queue"])
+                    raise unknown_element(ctx, qel, rname, ["queue"])
                 q = _parse_queue(ctx, qel, aname, rname)
                 if q.name in queue_lines:
                     raise ctx.error(qel, f"duplicate queue name {q.name!r} (first at line "
@@ -454,7 +414,7 @@ def _parse_queue(ctx: Ctx, el, address: str, routing_type: str) -> QueueConfig:
         elif name == "user":
             ctx.warn(child, "<user> on a queue is ignored by tdbroker")
         else:
-            raise _unknown(ctx, child, "queue", ["durable", "filter", "user"])
+            raise unknown_element(ctx, child, "queue", ["durable", "filter", "user"])
     if max_consumers is None:
         max_consumers = xs.DEFAULT_MAX_CONSUMERS
     if max_consumers < -1:
@@ -476,7 +436,7 @@ def _parse_address_settings(ctx: Ctx, parent) -> list[AddressSettings]:
                | set(xs.ADDRESS_SETTING_LIMITS_UNENFORCED) | xs.ADDRESS_SETTING_NEEDS_PAGE_LIMIT)
     for name, el in children(ctx, parent):
         if name != "address-setting":
-            raise _unknown(ctx, el, "address-settings", ["address-setting"])
+            raise unknown_element(ctx, el, "address-settings", ["address-setting"])
         ctx.check_attrs(el, ("match",))
         match = _address_setting_match(ctx, el, ctx.attr(el, "match", required=True))
         if match in matches:
@@ -500,106 +460,6 @@ def _parse_address_settings(ctx: Ctx, parent) -> list[AddressSettings]:
             elif sname in xs.ADDRESS_SETTING_NEEDS_PAGE_LIMIT:
                 ctx.warn(sel, f"<{sname}> has no effect without a page limit (tdbroker sets none)")
             else:
-                raise _unknown(ctx, sel, "address-setting", choices)
+                raise unknown_element(ctx, sel, "address-setting", choices)
         out.append(AddressSettings(match=match, line=el.line, **values))
     return out
-
-
-_CONNECTION_CHILDREN = ("peer", "sender", "receiver", "mirror", "federation")
-
-
-def _parse_broker_connections(ctx: Ctx, parent, credentials: Credentials) -> list[BrokerConnection]:
-    out: list[BrokerConnection] = []
-    names: dict[str, int] = {}
-    for name, el in children(ctx, parent):
-        if name != "amqp-connection":
-            raise _unknown(ctx, el, "broker-connections", ["amqp-connection"])
-        ctx.check_attrs(el, xs.AMQP_CONNECTION_ATTRS)
-        uri = ctx.attr(el, "uri", required=True)
-        cname = ctx.attr(el, "name", required=True)
-        if cname in names:
-            raise ctx.error(el, f"duplicate amqp-connection name {cname!r} (first at line {names[cname]})")
-        names[cname] = el.line
-        first, _, rest = uri.partition("#")
-        host, port, params = _parse_tcp_uri(ctx, el, first, "amqp-connection uri")
-        tls = [uri_tls(ctx, el, f"amqp-connection {cname!r}", params, server=False)]
-        alternates = [u.strip() for u in rest.split(",") if u.strip()]
-        for alt in alternates:
-            tls.append(uri_tls(ctx, el, f"amqp-connection {cname!r} alternate uri",
-                                _parse_tcp_uri(ctx, el, alt, "amqp-connection alternate uri")[2], server=False))
-        login = _login(ctx, el, credentials, f"amqp-connection {cname!r}")
-        if el.attrib.get("user") and tls[0] is None and not is_loopback(host):
-            ctx.warn(el, f"amqp-connection {cname!r} logs in as {el.attrib['user']!r} without TLS to {host}: a peer "
-                         "that offers only PLAIN gets the password in clear; add sslEnabled=true to the uri")
-        retry = ctx.attr(el, "retry-interval", "long", xs.DEFAULT_RETRY_INTERVAL_MS)
-        if retry < 0:
-            raise ctx.error(el, f"<amqp-connection> retry-interval must be >= 0 ms, got {retry}")
-        attempts = ctx.attr(el, "reconnect-attempts", "int", xs.DEFAULT_RECONNECT_ATTEMPTS)
-        if attempts < -1:
-            raise ctx.error(el, f"<amqp-connection> reconnect-attempts must be -1 (forever) or >= 0, got {attempts}")
-        conn = BrokerConnection(
-            name=cname, uri=redacted_uri(uri), host=host, port=port, user=login.user, password=login.password,
-            password_source=login.source, retry_interval_ms=retry, reconnect_attempts=attempts,
-            auto_start=ctx.attr(el, "auto-start", "bool", xs.DEFAULT_AUTO_START),
-            elements=[_parse_connection_element(ctx, kind, c) for kind, c in children(ctx, el)],
-            line=el.line, params=params, alternate_uris=[redacted_uri(u) for u in alternates], tls=tls)
-        _warn_sender_receiver_loop(ctx, el, conn)
-        out.append(conn)
-    return out
-
-
-def _login(ctx: Ctx, el, credentials: Credentials, what: str):
-    """``user`` (with ``password``, or with the password from the credentials store: broker/credentials.py)
-    is enforced: the connection logs in with SASL SCRAM or PLAIN. The password never appears in a message."""
-    try:
-        return credentials.resolve(ctx.attr(el, "user"), ctx.attr(el, "password"), line=el.line, what=what,
-                                   warn=lambda message: ctx.warn(el, message))
-    except CredentialsError as exc:
-        raise BrokerConfigError(exc.path, exc.line, exc.message) from None
-
-
-def _parse_connection_element(ctx: Ctx, kind: str, el) -> BrokerConnectionElement:
-    if kind in ("peer", "sender", "receiver"):
-        ctx.check_attrs(el, xs.MATCH_ELEMENT_ATTRS)
-        am, qn = ctx.attr(el, "address-match"), ctx.attr(el, "queue-name")
-        if not am and not qn:
-            raise ctx.error(el, f"<{kind}> needs address-match=\"...\" or queue-name=\"...\"")
-        if am and qn:
-            ctx.warn(el, f"<{kind}> has both queue-name and address-match; queue-name is used")
-        if am:
-            _check_wildcard_words(ctx, el, f"<{kind}> address-match", am)
-        for child in el:
-            if isinstance(child.tag, str):
-                raise _unknown(ctx, child, kind, [])
-        return BrokerConnectionElement(kind, am or None, qn or None, {}, el.line)
-    if kind == "mirror":
-        ctx.check_attrs(el, xs.MIRROR_ATTRS)
-        attrs = {name: ctx.attr(el, name, vkind, default) for name, (vkind, default) in xs.MIRROR_ATTRS.items()}
-        props = {}
-        for pname, pel in children(ctx, el):
-            if pname != "property":
-                raise _unknown(ctx, pel, "mirror", ["property"])
-            ctx.check_attrs(pel, ("key", "value"))
-            props[ctx.attr(pel, "key", required=True)] = ctx.attr(pel, "value", default="")
-        attrs["properties"] = props
-        return BrokerConnectionElement("mirror", None, None, attrs, el.line)
-    if kind == "federation":
-        ctx.warn(el, "<federation> is stored but not implemented yet (later); it has no effect")
-        attrs = dict(el.attrib)
-        attrs["xml"] = ET.tostring(el, encoding="unicode")
-        return BrokerConnectionElement("federation", None, None, attrs, el.line)
-    if kind == "bridge":
-        raise ctx.error(el, "<bridge> in <amqp-connection> is not supported by tdbroker")
-    raise _unknown(ctx, el, "amqp-connection", _CONNECTION_CHILDREN)
-
-
-def _warn_sender_receiver_loop(ctx: Ctx, el, conn: BrokerConnection) -> None:
-    """Artemis' docs warn that a sender and a receiver for one destination loop forever."""
-    def key(e):
-        return (e.address_match, e.queue_name)
-    senders = {key(e) for e in conn.elements if e.kind == "sender"}
-    for e in conn.elements:
-        if e.kind == "receiver" and key(e) in senders:
-            target = e.queue_name or e.address_match
-            ctx.warn(e, f"<sender> and <receiver> for the same destination {target!r} on "
-                        f"connection {conn.name!r} will loop messages forever")

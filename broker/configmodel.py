@@ -16,6 +16,15 @@ ANY_WORDS = "#"
 SINGLE_WORD = "*"
 
 
+def check_wildcard_words(ctx, elem, what: str, pattern: str) -> None:
+    """Refuse a pattern where ``#`` or ``*`` is part of a word (Artemis matches them only as whole words);
+    ``ctx`` is the parse's :class:`broker.xmlschema.Ctx`."""
+    for word in pattern.split(DELIMITER):
+        if word not in (ANY_WORDS, SINGLE_WORD) and (ANY_WORDS in word or SINGLE_WORD in word):
+            raise ctx.error(elem, f"{what} {pattern!r}: '#' and '*' must stand for a whole word "
+                                  f"between '{DELIMITER}' separators")
+
+
 # --- the configuration objects ----------------------------------------------
 
 @dataclass
@@ -31,6 +40,7 @@ class Acceptor:
     connections_allowed: int = -1   # Artemis' connectionsAllowed: -1 = no limit
     handshake_timeout: float = 10.0  # Artemis' handshake-timeout (seconds): 0 = none
     tls: object = None  # wire.tls.ServerTls from sslEnabled=true (TLS required), None = plaintext
+    auto_start: bool = True  # Artemis' autoStart: False = not listening until started (broker/acceptors.py)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import urllib.parse
 import xml.etree.ElementTree as ET
 
 from defusedxml import DefusedXmlException
@@ -57,6 +58,9 @@ DEFAULT_QUEUE_DURABLE = True
 #: within handshake-timeout seconds is disconnected (0 = never).
 DEFAULT_CONNECTIONS_ALLOWED = -1
 DEFAULT_HANDSHAKE_TIMEOUT_SECONDS = 10
+#: Artemis' acceptor autoStart: false leaves the acceptor stopped until management starts it
+#: (broker/acceptors.py).
+DEFAULT_ACCEPTOR_AUTO_START = True
 
 #: The only protocol tdbroker speaks; an acceptor must offer it.
 AMQP_PROTOCOL = "AMQP"
@@ -68,13 +72,16 @@ DEFAULT_RETRY_INTERVAL_MS = 5000      # fixed interval, no backoff
 DEFAULT_RECONNECT_ATTEMPTS = -1       # -1 = retry forever
 DEFAULT_AUTO_START = True
 
-#: <mirror> attributes and their defaults (amqp-mirror-type).  Kinds: "bool" or "str".
+#: <mirror> attributes and their defaults (amqp-mirror-type; source-mirror-address from the Artemis manual,
+#: "AMQP Broker Connections", Mirror).  Kinds: "bool" or "str".  broker/configconn.py refuses sync="true"
+#: (not implemented), an empty source-mirror-address and an address-filter with an empty item.
 MIRROR_ATTRS = {
     "message-acknowledgements": ("bool", True),
     "queue-creation": ("bool", True),
     "queue-removal": ("bool", True),
     "durable": ("bool", True),
     "sync": ("bool", False),
+    "source-mirror-address": ("str", None),
     "address-filter": ("str", None),
 }
 
@@ -232,6 +239,8 @@ CORE_UNSUPPORTED = {
 #: <amqp-connection> attributes.
 AMQP_CONNECTION_ATTRS = ("uri", "name", "user", "password", "retry-interval",
                          "reconnect-attempts", "auto-start")
+#: <amqp-connection> children (broker/configconn.py parses each; <bridge> is refused there).
+AMQP_CONNECTION_CHILDREN = ("peer", "sender", "receiver", "mirror", "federation")
 #: <peer>/<sender>/<receiver> attributes (amqp-address-match-type).
 MATCH_ELEMENT_ATTRS = ("address-match", "queue-name")
 #: <queue> attributes tdbroker reads; other Artemis queue attributes warn.
@@ -253,6 +262,11 @@ def did_you_mean(word: str, choices) -> str:
     """``" (did you mean <x>?)"`` for the closest choice, or ``""``."""
     close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
     return f" (did you mean <{close[0]}>?)" if close else ""
+
+
+def unknown_element(ctx: "Ctx", elem, parent: str, choices) -> BrokerConfigError:
+    """The error for a child ``elem`` that ``<parent>`` does not have, with the closest of ``choices``."""
+    return ctx.error(elem, f"unknown element <{local(elem)}> in <{parent}>{did_you_mean(local(elem), choices)}")
 
 
 class Ctx:
@@ -359,6 +373,35 @@ def convert(ctx: Ctx, elem, what: str, raw: str, kind: str):
             raise ctx.error(elem, f"{what} must be one of {', '.join(ADDRESS_FULL_POLICIES)}, got {raw!r}")
         return raw.upper()
     raise AssertionError(f"unknown value kind {kind}")
+
+
+# --- URIs --------------------------------------------------------------------
+
+#: Artemis separates URI parameters with ';'; '&' (written &amp; in XML) is accepted too.
+_PARAM_SPLIT = re.compile(r"[;&]")
+
+
+def parse_tcp_uri(ctx: Ctx, elem, uri: str, what: str) -> tuple[str, int, dict]:
+    """``tcp://HOST:PORT?k=v;k=v`` -> (host, port, params); HOST and PORT default as in Artemis."""
+    try:
+        parts = urllib.parse.urlsplit(uri.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise ctx.error(elem, f"{what} {uri!r} is not a valid URI: {exc}") from None
+    if parts.scheme != "tcp":
+        raise ctx.error(elem, f"{what} {uri!r} must start with tcp:// (got scheme {parts.scheme!r})")
+    if parts.path not in ("", "/"):
+        raise ctx.error(elem, f"{what} {uri!r} has an unexpected path {parts.path!r}")
+    if port is None and parts.netloc.endswith(":"):
+        raise ctx.error(elem, f"{what} {uri!r} has an empty port")
+    params = {}
+    for item in filter(None, _PARAM_SPLIT.split(parts.query)):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ctx.error(elem, f"{what} {uri!r}: query parameter {item!r} is not key=value")
+        params[key] = urllib.parse.unquote(value)
+    host = parts.hostname or DEFAULT_ACCEPTOR_HOST
+    return host, DEFAULT_ACCEPTOR_PORT if port is None else port, params
 
 
 # --- the XML loader ----------------------------------------------------------

@@ -160,8 +160,8 @@ def test_full_file_every_element():
                      ("receiver", "inbox.*", None), ("mirror", None, None), ("federation", None, None)]
     mirror = conn.elements[3].attrs
     assert mirror == {"message-acknowledgements": True, "queue-creation": True, "queue-removal": False,
-                      "durable": False, "sync": False, "address-filter": "orders,!orders.tmp",
-                      "properties": {"k": "v"}}
+                      "durable": False, "sync": False, "source-mirror-address": None,
+                      "address-filter": "orders,!orders.tmp", "properties": {"k": "v"}}
     fed = conn.elements[4]
     assert "local-address-policy" in fed.attrs["xml"] and fed.line == line_of(FULL, "<federation>")
 

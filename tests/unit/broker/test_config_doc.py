@@ -1,22 +1,21 @@
 """docs/broker-configuration.md must document every element and attribute tdbroker's parser knows.
 
-The tables are broker/xmlschema.py's (and broker/config.py's list of <amqp-connection> children): a name
-added there without a line in the reference fails here. Handled names need a table row (``| `name` |``)
-in their element's section, and where the table has a default, the row must show the parser's default;
-ignored and refused names need to appear (in backticks) in the section that lists them.
+The tables are broker/xmlschema.py's: a name added there without a line in the reference fails here.
+Handled names need a table row (``| `name` |``) in their element's section, and where the table has a
+default, the row must show the parser's default; ignored and refused names need to appear (in backticks)
+in the section that lists them.
 """
 
 from __future__ import annotations
 
 import re
 
-from broker import config
 from broker import xmlschema as xs
 from tests.paths import REPO
 
 DOC_PATH = REPO / "docs" / "broker-configuration.md"
 
-# Child elements that broker/config.py reads inline (not from a table), per section.
+# Child elements that the parser (broker/config.py, broker/configconn.py) reads inline (not from a table), per section.
 QUEUE_CHILDREN = ("<durable>", "<filter>", "<user>", "<max-consumers>")
 MIRROR_CHILDREN = ("<property>",)
 PROPERTY_ATTRS = ("key", "value")
@@ -100,7 +99,7 @@ def missing_from(doc: str) -> list[str]:
               {"uri": None, "name": None, "user": None, "password": None,
                "retry-interval": xs.DEFAULT_RETRY_INTERVAL_MS,
                "reconnect-attempts": xs.DEFAULT_RECONNECT_ATTEMPTS, "auto-start": xs.DEFAULT_AUTO_START})
-    need_rows("`<amqp-connection>` children", [f"<{c}>" for c in config._CONNECTION_CHILDREN])
+    need_rows("`<amqp-connection>` children", [f"<{c}>" for c in xs.AMQP_CONNECTION_CHILDREN])
     need_rows("`<peer>`, `<sender>` and `<receiver>`", xs.MATCH_ELEMENT_ATTRS)
     need_rows("`<mirror>`", list(xs.MIRROR_ATTRS) + list(MIRROR_CHILDREN),
               {**{name: default for name, (_k, default) in xs.MIRROR_ATTRS.items()}, "<property>": None})
