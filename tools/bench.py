@@ -343,11 +343,14 @@ def format_report(rep: dict) -> str:
 @click.option("--network", is_flag=True,
               help="Across one network bridge: senders on tdbroker A, receivers on tdbroker B (A's "
                    "networkConnector forwards), durable and not, beside the same loads on one broker.")
+@click.option("--mirror", is_flag=True,
+              help="Mirror overhead: durable loads on a tdbroker with a <mirror> to a replica tdbroker, "
+                   "interleaved with the same loads on one without (default 30000 messages, 3 rounds).")
 @click.option("--hops", default=0, show_default=True, type=click.IntRange(0, MAX_HOPS),
               help="Through a line of HOPS+1 interior routers (senders on the first, receivers on the "
                    "last); router CPU is the sum over all of them.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
-         direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, network, hops,
+         direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, network, mirror, hops,
          security_opts) -> None:
     """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run.
 
@@ -371,7 +374,7 @@ def main(senders, receivers, messages, size, presettled, window, address, router
     if hops and (router_config or router_url or brokered):
         raise click.UsageError("--hops starts its own routers: not with --router, --router-config or --brokered")
     if network:
-        if secured or brokered or hops or router_config or router_url:
+        if secured or brokered or hops or router_config or router_url or mirror:
             raise click.UsageError("--network starts its own two brokers: not with other run kinds or TLS/SASL")
         from tools.benchnet import NETWORK_MESSAGES, format_network, run_network
 
@@ -384,6 +387,20 @@ def main(senders, receivers, messages, size, presettled, window, address, router
             click.echo(f"tdbench: {exc}", err=True)
             sys.exit(2)
         click.echo(json.dumps(rep) if as_json else format_network(rep))
+        sys.exit(0 if rep["ok"] else 1)
+    if mirror:
+        if secured or brokered or network or hops or router_config or router_url:
+            raise click.UsageError("--mirror starts its own three brokers: not with other run kinds or TLS/SASL")
+        from tools.benchmirror import MIRROR_MESSAGES, format_mirror, run_mirror
+
+        n = messages if click.get_current_context().get_parameter_source("messages").name != "DEFAULT" \
+            else MIRROR_MESSAGES
+        try:
+            rep = run_mirror(messages=n, size=size, window=window, duration_limit=duration_limit)
+        except BenchError as exc:
+            click.echo(f"tdbench: {exc}", err=True)
+            sys.exit(2)
+        click.echo(json.dumps(rep) if as_json else format_mirror(rep))
         sys.exit(0 if rep["ok"] else 1)
     if brokered:
         n = messages if click.get_current_context().get_parameter_source("messages").name != "DEFAULT" \

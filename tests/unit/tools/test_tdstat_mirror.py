@@ -187,3 +187,31 @@ def test_tdstat_broker_prints_the_tables_and_json_has_the_rows(tmp_path, monkeyp
     assert [m["name"] for m in data["mirrors"]] == ["dr"]
     assert [t["sourceId"] for t in data["mirrorTargets"]] == ["source-19c2"]
     assert sorted(a["name"] for a in data["acceptors"]) == ["amqp", "mirror"]
+
+
+# -- tdbench --mirror's report (tools/benchmirror.py) --------------------------------------------------------
+def _run(round_, mirror, rate, broker_cpu, replica_cpu=None, drain=None):
+    return {"round": round_, "mirror": mirror, "msgs_per_s": rate, "p50_us": 900.0, "p99_us": 2000.0,
+            "broker_cpu_us_per_msg": broker_cpu, "replica_cpu_us_per_msg": replica_cpu, "drain_s": drain}
+
+
+def test_bench_mirror_summary_takes_medians_of_each_side_and_the_mirror_cost():
+    from tools.benchmirror import format_mirror, summarize
+
+    runs = [_run(1, True, 12000.0, 60.0, 40.0, 0.2), _run(1, False, 30000.0, 30.0),
+            _run(2, False, 34000.0, 28.0), _run(2, True, 10000.0, 66.0, 44.0, 0.4),
+            _run(3, True, 14000.0, 58.0, 38.0, 0.1), _run(3, False, 32000.0, 31.0)]
+    s = summarize(runs)
+    assert s["with"] == {"msgs_per_s": 12000.0, "broker_cpu_us_per_msg": 60.0, "replica_cpu_us_per_msg": 40.0,
+                         "drain_s": 0.2}
+    assert s["without"]["msgs_per_s"] == 32000.0 and s["without"]["broker_cpu_us_per_msg"] == 30.0
+    assert s["without"]["replica_cpu_us_per_msg"] is None and s["without"]["drain_s"] is None
+    assert (s["throughput_ratio"], s["broker_cpu_extra_us_per_msg"]) == (0.38, 30.0)
+    text = format_mirror({"messages": 30000, "size": 100, "window": 1000, "rounds": 3, "runs": runs,
+                          "summary": s, "problems": ["replica applied 1 messages and 1 acknowledgements of 90000"]})
+    lines = text.splitlines()
+    assert lines[2].split() == ["round", "1,", "with", "mirror", "12000", "900", "2000", "60.0", "40.0", "0.20"]
+    assert lines[3].split() == ["round", "1,", "without", "mirror", "30000", "900", "2000", "30.0", "-", "-"]
+    assert lines[-2] == ("median: with mirror 12000 msgs/s, broker 60.0 us/msg (replica 40.0); without 32000 "
+                         "msgs/s, 30.0 us/msg; with / without 0.38")
+    assert lines[-1].startswith("FAILED: replica applied 1 messages")
