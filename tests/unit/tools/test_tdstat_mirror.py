@@ -1,6 +1,7 @@
 """``tdstat --broker``'s mirror and acceptor tables (tools/tdstatbroker.py): from canned management rows, and
 end to end through a real broker's management agent (broker/management.py) with the mirror part and
-acceptor controls faked (tests/unit/broker/test_mirror_mgmt.py tests those entity types themselves)."""
+acceptor controls canned (tests/unit/broker/test_mirror_mgmt.py tests those entity types themselves); and
+the report of ``tdbench --mirror`` (tools/benchmirror.py), the other tool that shows a mirror's figures."""
 
 from __future__ import annotations
 
@@ -145,27 +146,41 @@ class AgentClient:
         return [dict(zip(resp.body["attributeNames"], r)) for r in resp.body["results"]]
 
 
+class CannedMirror:
+    """broker/mirror.py's MirrorPart as management reads it: the canned rows above."""
+
+    def mgmt_sources(self) -> list[dict]:
+        return [dict(r) for r in MIRRORS]
+
+    def mgmt_targets(self) -> list[dict]:
+        return [dict(r) for r in TARGETS]
+
+
+class CannedAcceptor:
+    """broker/acceptors.py's AcceptorControl as management reads it."""
+
+    def __init__(self, row: dict):
+        self.row = row
+
+    def describe(self) -> dict:
+        return dict(self.row)
+
+
 def _agent_with_mirror(tmp_path):
     from broker.management import BrokerManagement
     from tests.unit.broker.fixtures import make_broker
-    from tests.unit.broker.test_mirror_mgmt import SOURCE_ROW, TARGET_ROW, FakeAcceptor, FakeMirror
 
     broker = make_broker(tmp_path)
-    broker.mirror = FakeMirror([SOURCE_ROW], [TARGET_ROW])
-    broker.acceptors = {"amqp": FakeAcceptor("amqp", 61732, auto_start=False),
-                        "mirror": FakeAcceptor("mirror", 61733)}
+    broker.mirror = CannedMirror()
+    broker.acceptors = {a["name"]: CannedAcceptor(a) for a in ACCEPTORS}
     return BrokerManagement(broker)
 
 
 def test_fetch_broker_reads_every_mirror_and_acceptor_attribute_the_agent_has(tmp_path):
     data = fetch_broker(AgentClient(_agent_with_mirror(tmp_path)))
-    [mirror] = data["mirrors"]
-    assert mirror["queuedEvents"] == 12 and mirror["oldestEventAgeMs"] == 340 and mirror["snfQueue"]
-    assert None not in mirror.values()  # every attribute tdstat asks for exists on the agent
-    [target] = data["mirrorTargets"]
-    assert target["sourceName"] == "site-a" and None not in target.values()
-    assert {a["name"]: a["started"] for a in data["acceptors"]} == {"amqp": False, "mirror": True}
-    assert None not in data["acceptors"][0].values()
+    assert data["mirrors"] == MIRRORS  # every attribute tdstat asks for, as the mirror part gave it
+    assert data["mirrorTargets"] == TARGETS
+    assert data["acceptors"] == ACCEPTORS
 
 
 def test_tdstat_broker_prints_the_tables_and_json_has_the_rows(tmp_path, monkeypatch):
@@ -179,13 +194,13 @@ def test_tdstat_broker_prints_the_tables_and_json_has_the_rows(tmp_path, monkeyp
     assert tdstat.run(opts, out) == 0
     text = out.getvalue().splitlines()
     assert "Mirrors" in text and "Mirror Targets" in text and "Acceptors" in text
-    assert text[text.index("Mirrors") + 3].split() == ["dr", "connected", "tcp://10.0.0.2:61616", "12", "340ms",
+    assert text[text.index("Mirrors") + 4].split() == ["dr", "connected", "tcp://127.0.0.1:61733", "12", "340ms",
                                                        "9000"]
     out = io.StringIO()
     assert tdstat.run(argparse.Namespace(**{**vars(opts), "json": True}), out) == 0
     data = json.loads(out.getvalue())
-    assert [m["name"] for m in data["mirrors"]] == ["dr"]
-    assert [t["sourceId"] for t in data["mirrorTargets"]] == ["source-19c2"]
+    assert [m["name"] for m in data["mirrors"]] == ["dr", "backup"]
+    assert [t["sourceId"] for t in data["mirrorTargets"]] == ["mirror-source-5c0e"]
     assert sorted(a["name"] for a in data["acceptors"]) == ["amqp", "mirror"]
 
 
