@@ -105,9 +105,9 @@ MIRROR_TARGET_ATTRIBUTES = ("name", "identity", "type", "sourceId", "sourceName"
                             "acksUnmatched", "lastEventAgeMs")
 # One row per <acceptor> (broker/acceptors.py AcceptorControl.describe): host and port as configured, bound
 # the "host:port" it listens on now (empty while not started), autoStart its URI parameter, tls, connections
-# open through it now.
+# open through it now, lastError why it last failed to start listening (a port in use).
 ACCEPTOR_ATTRIBUTES = ("name", "identity", "type", "host", "port", "bound", "started", "autoStart", "tls",
-                       "connections")
+                       "connections", "lastError")
 
 ATTRIBUTES = {QUEUE: QUEUE_ATTRIBUTES, ADDRESS: ADDRESS_ATTRIBUTES, BROKER_CONNECTION: CONNECTION_ATTRIBUTES,
               NETWORK: NETWORK_ATTRIBUTES, NETWORK_BRIDGE: NETWORK_BRIDGE_ATTRIBUTES,

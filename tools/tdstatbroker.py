@@ -44,7 +44,7 @@ MIRROR_ATTRS = ["name", "remote", "state", "snfQueue", "target", "durable", "que
                 "eventsSent", "messageEvents", "ackEvents", "queueEvents", "remoteBrokerId", "lastError"]
 MIRROR_TARGET_ATTRS = ["name", "sourceId", "sourceName", "address", "connected", "messagesApplied", "acksApplied",
                        "queueEventsApplied", "duplicatesSkipped", "acksUnmatched", "lastEventAgeMs"]
-ACCEPTOR_ATTRS = ["name", "host", "port", "bound", "started", "autoStart", "tls", "connections"]
+ACCEPTOR_ATTRS = ["name", "host", "port", "bound", "started", "autoStart", "tls", "connections", "lastError"]
 #: Below this an age reads in milliseconds (a mirror's lag is usually a few of them); from it on in
 #: tdstat's ddd:hh:mm:ss.
 AGE_MS_LIMIT = 10_000
@@ -219,13 +219,14 @@ def render_acceptors(acceptors: list[dict], verbose: bool = False) -> list[Table
     """Acceptors (where each listens, whether it is started): with ``-v``, or when one is not started."""
     if not acceptors or not (verbose or any(not a.get("started") for a in acceptors)):
         return []
-    headers = ["name", "host:port", "started", "auto-start", "connections"] + (["tls"] if verbose else [])
+    headers = ["name", "host:port", "started", "auto-start", "connections"] + (["tls", "last error"] if verbose
+                                                                                else [])
     rows = []
     for a in sorted(acceptors, key=lambda a: str(a.get("name"))):
         row = [a.get("name"), _listening(a), _yes(a.get("started")), _yes(a.get("autoStart")),
                a.get("connections")]
         if verbose:
-            row.append(_yes(a.get("tls")))
+            row += [_yes(a.get("tls")), a.get("lastError") or NONE]
         rows.append(row)
     return [Table("\nAcceptors", headers, rows)]
 

@@ -116,7 +116,7 @@ def test_acceptor_rows_show_which_listen_and_where(replica):
     by_name = {r["name"]: r for r in rows(mgmt, ACCEPTOR)}
     assert by_name["artemis"] == {"name": "artemis", "identity": "artemis", "type": ACCEPTOR, "host": "127.0.0.1",
                                   "port": 61616, "bound": [], "started": False, "autoStart": False, "tls": False,
-                                  "connections": 0}
+                                  "connections": 0, "lastError": None}
     assert by_name["mirror-in"]["bound"] == ["127.0.0.1:61617"] and by_name["mirror-in"]["started"] is True
     assert by_name["mirror-in"]["tls"] is True
 

@@ -30,9 +30,9 @@ TARGETS = [
 ]
 ACCEPTORS = [
     {"name": "mirror", "host": "127.0.0.1", "port": 61733, "bound": ["127.0.0.1:61733"], "started": True,
-     "autoStart": True, "tls": False, "connections": 1},
+     "autoStart": True, "tls": False, "connections": 1, "lastError": None},
     {"name": "amqp", "host": "127.0.0.1", "port": 61732, "bound": [], "started": False, "autoStart": False,
-     "tls": False, "connections": 0},
+     "tls": False, "connections": 0, "lastError": "cannot listen on 127.0.0.1:61732: Address already in use"},
 ]
 
 
@@ -93,9 +93,13 @@ def test_acceptors_only_when_one_is_not_started_or_with_verbose():
         "  amqp    127.0.0.1:61732  no       no          0",
         "  mirror  127.0.0.1:61733  yes      yes         1",
     ]
-    verbose = tail(True, acceptors=started)
-    assert verbose[2].split() == ["name", "host:port", "started", "auto-start", "connections", "tls"]
-    assert verbose[4].split() == ["mirror", "127.0.0.1:61733", "yes", "yes", "1", "no"]
+    verbose = tail(True, acceptors=ACCEPTORS)
+    assert verbose[2].split() == ["name", "host:port", "started", "auto-start", "connections", "tls", "last",
+                                  "error"]
+    assert verbose[4].split()[5:] == ["no", "cannot", "listen", "on", "127.0.0.1:61732:", "Address", "already",
+                                      "in", "use"]
+    assert verbose[5].split() == ["mirror", "127.0.0.1:61733", "yes", "yes", "1", "no", "-"]
+    assert [line.split()[0] for line in tail(True, acceptors=started)[4:]] == ["mirror"]  # -v: even all started
 
 
 def test_ages_read_in_ms_then_in_tdstat_time():
