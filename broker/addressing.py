@@ -100,6 +100,7 @@ class AddressModel:
         self.queue_info: dict[str, QueueInfo] = {}
         self.addresses: dict[str, set] = {}           # address -> routing types
         self._listeners: list = []                    # callables(queue name) for queues created later
+        self.created: Callable[[str], None] | None = None  # called for every non-temporary queue made
         self.bindings_dirty = False                   # the bindings file is behind the table
         self.filtered: set[str] = set()               # queues with a <filter> (see admitted)
         # Per address, its anycast and multicast queues in creation order (the routing tables: a message
@@ -184,6 +185,8 @@ class AddressModel:
         self.addresses.setdefault(address, set()).add(routing_type)
         if not configured and not temporary and durable:
             self.bindings_dirty = True
+        if not temporary and self.created is not None:
+            self.created(name)  # every queue, whatever notify says (a broker mirror, broker.mirror)
         if notify and not temporary:
             for listener in list(self._listeners):
                 try:

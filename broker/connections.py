@@ -18,8 +18,10 @@ link is attached again on reconnect (retry-interval, reconnect-attempts, failove
 :meth:`BridgeControl.stop` closes it. ``user``/``password`` authenticate with SASL SCRAM or PLAIN; a
 connection that names its user only has its password from the credentials store beside broker.xml
 (:mod:`broker.credentials`, resolved by :mod:`broker.config`). Temporary
-queues (dynamic sources, non-durable subscriptions) never get broker-connection links. ``<mirror>`` and
-``<federation>`` are not implemented and are reported once at start-up.
+queues (dynamic sources, non-durable subscriptions) and mirrors' store-and-forward queues never get
+broker-connection links. ``<mirror>`` attaches one more link, from its store-and-forward queue to the
+replica (:meth:`broker.mirror.MirrorPart.attach_link`). ``<federation>`` is not implemented and is reported
+once at start-up.
 
 This module is sans-IO (state, link attachment); the Trio task that dials, retries and fails over is
 :class:`broker.runtime.BridgeTask`.
@@ -66,8 +68,9 @@ def element_matches(el: BrokerConnectionElement, qname: str, address: str) -> bo
 def planned_links(broker: Broker, conn: BrokerConnection, only: str | None = None) -> list[tuple]:
     """``(kind, queue name, remote address)`` for every link ``conn`` wants (or only for queue ``only``)."""
     out = []
+    snf = broker.mirror.snf_names
     for qname, info in list(broker.addressing.queue_info.items()):
-        if info.temporary or (only is not None and qname != only):
+        if info.temporary or qname in snf or (only is not None and qname != only):
             continue
         for el in conn.elements:
             if el.kind in LINK_KINDS and element_matches(el, qname, info.address):
@@ -123,6 +126,12 @@ class BridgeControl:
         self._attached = set()
         self._session = None
         self.attach_links(None)
+        if self.broker.mirror.sources.get(self.conn.name) is not None:
+            if self._session is None:
+                self._session = engine.connection.session()
+                self._session.open()
+            self.broker.mirror.attach_link(self, engine, self._session)
+            engine.wake()
 
     def on_queue_created(self, qname: str) -> None:
         if self.engine is not None and not self.engine.finished:
@@ -169,7 +178,7 @@ class BridgeControl:
     def report_unimplemented(self) -> None:
         """Log once, at start-up, the elements tdbroker does not implement (mirror, federation)."""
         for el in self.conn.elements:
-            if el.kind not in LINK_KINDS:
+            if el.kind not in LINK_KINDS and el.kind != "mirror":
                 log.warning("%s:%d: <%s> in broker connection %s is not implemented yet; ignored",
                             self.broker.cfg.path, el.line, el.kind, self.conn.name)
 

@@ -69,6 +69,7 @@ class DeliveryPath:
         self.consumers: dict = {}  # consumer id -> BrokerLink
         self.consumer_listeners: list = []  # (BrokerLink, added) -> None: network advisories
         self.duplicates = None  # broker.network.Network: duplicate detection of network peers' messages
+        self.mirror = None      # broker.mirror.MirrorPart while a <mirror> captures events, else None
         self.dirty: set[Queue] = set()  # queues with something to hand out (or drained consumers)
         self.wake: set = set()  # engines with frames to send
 
@@ -352,6 +353,7 @@ class DeliveryPath:
                 self.refuse(bl, d, f"Address is full: {address} and cannot page: {refusal}")
                 return
         rid = None
+        mirror = self.mirror
         sent_expiry = msg.expires_at  # before any queue's expiry-delay is put on msg
         for i, q in enumerate(targets):
             body = payload if copies is None else copies[i]
@@ -379,6 +381,11 @@ class DeliveryPath:
             else:
                 q.enqueue(m)
                 self.dirty.add(q)
+            if mirror is not None:
+                # its event is journaled after the message: settling after it settles after both
+                event_rid = mirror.routed(q, m, qi.address)
+                if event_rid is not None:
+                    rid = event_rid
         if net_key is not None:
             duplicates.remember(net_key)
         rec = self.recorder

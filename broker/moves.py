@@ -46,6 +46,7 @@ class Mover:
         self.dead_lettered = 0  # moved to a dead-letter address
         self.moved_expired = 0  # moved to an expiry address
         self.dropped = 0        # dead-lettered or expired with nowhere to go
+        self.mirror = None      # broker.mirror.MirrorPart while a <mirror> captures events
 
     def move(self, msg: QueuedMessage, source: str, address: str | None, *, expired: bool) -> None:
         """A message left queue ``source`` dead-lettered or expired: move it to ``address``'s queue, or
@@ -82,6 +83,8 @@ class Mover:
         else:
             target.enqueue(moved)
             self.queue_changed(target)
+        if self.mirror is not None:
+            self.mirror.routed(target, moved, target_address)
         if expired:
             self.moved_expired += 1
         else:

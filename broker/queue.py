@@ -139,7 +139,7 @@ class QueuedMessage:
     header's count of prior unsuccessful delivery attempts. ``payload`` is never modified: use
     :meth:`outgoing` for the bytes to send, which carry the current delivery-count."""
     __slots__ = ("record_id", "payload", "priority", "expires_at", "delivery_count", "durable",
-                 "enqueued_at", "seq", "excluded", "not_before")
+                 "enqueued_at", "seq", "excluded", "not_before", "mirror")
 
     def __init__(self, payload: bytes, *, record_id: int | None = None, priority: int = DEFAULT_PRIORITY,
                  expires_at: int | None = None, delivery_count: int = 0, durable: bool = False,
@@ -154,6 +154,7 @@ class QueuedMessage:
         self.seq: int | None = None              # position in its queue, set by Queue.enqueue
         self.excluded: set | None = None         # consumers that answered undeliverable-here
         self.not_before: int | None = None       # redelivery-delay: not handed out before this time
+        self.mirror: tuple | None = None          # (origin broker id or "", id) when a mirror knows it (broker.mirror)
 
     @classmethod
     def from_bytes(cls, payload: bytes, now_ms: int, *, record_id: int | None = None) -> QueuedMessage:
@@ -312,6 +313,10 @@ class Queue:
         self.messages_delivered = 0                     # deliveries handed out (redeliveries included)
         # Queue browsers' cursors (broker.browse): deques that each get every message enqueued from now on.
         self.arrivals: list[deque] = []
+        # removed(msg, reason): every message that leaves by acknowledgement ("normal"), expiry ("expired"),
+        # dead-lettering ("killed") or purge ("normal"), before the journal forgets it (a broker mirror
+        # sends the acknowledgement on, broker.mirror). Not for a queue being deleted (drop_all).
+        self.removed: Callable[[QueuedMessage, str], None] | None = None
 
     # ---------------------------------------------------------------- counters
 
@@ -364,12 +369,16 @@ class Queue:
     def _expire_one(self, msg: QueuedMessage) -> None:
         self._gone(msg)
         self.messages_expired += 1
+        if self.removed is not None:
+            self.removed(msg, "expired")
         if self._expired is not None:
             self._expired(msg)
 
     def _kill(self, msg: QueuedMessage, reason: str) -> None:
         self._gone(msg)
         self.messages_killed += 1
+        if self.removed is not None:
+            self.removed(msg, "killed")
         if self._dead_letter is not None:
             self._dead_letter(msg, reason)
 
@@ -574,6 +583,8 @@ class Queue:
         if outcome == ACCEPTED:
             self._gone(msg)
             self.messages_acknowledged += 1
+            if self.removed is not None:
+                self.removed(msg, "normal")
         elif outcome == REJECTED:
             self._kill(msg, REASON_REJECTED)
         else:
@@ -629,9 +640,25 @@ class Queue:
         self._expiry.clear()
         self._delayed.clear()
         self.messages_purged += len(gone)
+        removed = self.removed
         for msg in gone:
             self._gone(msg)
+            if removed is not None:
+                removed(msg, "normal")
         return gone
+
+    def take_ready(self, msg: QueuedMessage) -> bool:
+        """Remove ``msg`` if it is ready here (not being delivered), as acknowledged (a mirror's replica
+        applying the source's acknowledgement); False when it is not ready here."""
+        if msg.seq is None:
+            return False
+        key = (-msg.priority, msg.seq)
+        if self._ready.by_key.get(key) is not msg:
+            return False
+        self._take(key)
+        self._gone(msg)
+        self.messages_acknowledged += 1
+        return True
 
     def record_ids(self) -> set[int]:
         """Journal record ids of the durable messages held, ready or being delivered."""

@@ -55,6 +55,8 @@ from broker.facade import ManagementFacade
 from broker.limits import AddressLimits, SizeMeter
 from broker.links import BrokerConnection, BrokerLink
 from broker.federation import CONTROL_ADDRESS, LINK_FEDERATION_QUEUE, FederationPart
+from broker.mirror import MirrorPart
+from broker.mirrorcodec import MIRROR_CAPABILITY
 from broker.moves import Mover
 from broker.network import ADVISORY, ADVISORY_ADDRESS, FAILOVER_SERVER_LIST, Network
 from broker.queue import Queue
@@ -120,6 +122,9 @@ class Broker(ConnectionHandler):
         self.facade = ManagementFacade(self)
         self.network = Network(self)
         self.federation = FederationPart(self)
+        self.acceptors: dict = {}  # acceptor name -> broker.acceptors.AcceptorControl (set by the daemon)
+        self.mirror = MirrorPart(self)
+        self.mover.mirror = self.delivery.mirror
         self._deadline: int | None = None  # the deadline the runtime was last given
         for conn in cfg.broker_connections:
             BridgeControl(self, conn)
@@ -272,6 +277,11 @@ class Broker(ConnectionHandler):
                                    presettled=lo.remote_snd_settle_mode == proton.Link.SND_SETTLED)
             bl.owned_queue = True
             return
+        if not lo.is_sender and MIRROR_CAPABILITY in capabilities(lo.remote_target.capabilities):
+            # a mirror source's events (broker.mirrortarget): they change anything, as management does
+            if not self._denied(engine, link, "manage", address or ""):
+                self.mirror.target.attach(engine, link)
+            return None
         if not address:
             engine.refuse_link(link, "amqp:not-implemented", "tdbroker needs a named node (no anonymous relay)")
             return
@@ -418,6 +428,8 @@ class Broker(ConnectionHandler):
         bl = engine.app.links.get(link)
         if bl is not None and bl.queue is not None:
             log.info("link %s to queue %s attached by the peer", bl.name, bl.queue.name)
+            if bl.queue.name in self.mirror.snf_names and not bl.incoming:
+                self.mirror.source_link_opened(bl)
 
     def _forget_link(self, bl: BrokerLink) -> None:
         """A link the data path detached itself leaves the connection's table."""
@@ -473,7 +485,8 @@ class Broker(ConnectionHandler):
     def remove_queue(self, name: str, reason: str) -> int:
         """Forget a queue: detach the links bound to it, journal the removal of its durable messages.
         Returns how many messages it held."""
-        q, _info = self.addressing.forget_queue(name)
+        q, info = self.addressing.forget_queue(name)
+        self.mirror.queue_removed(name, info)
         self.network.queue_removed(name)
         self.federation.queue_removed(name)
         unbind = self._unbind
@@ -500,6 +513,8 @@ class Broker(ConnectionHandler):
             cond = raw.link_object(link).remote_condition
             if cond is not None:
                 log.info("link %s closed by peer: %s %s", bl.name, cond.name, cond.description or "")
+                if name in self.mirror.snf_names and not bl.incoming:
+                    self.mirror.source_link_refused(name, cond.name, cond.description or "")
             if lacking is not None:  # our end of the close says why the subscription stays
                 engine.close_link(link, "amqp:unauthorized-access",
                                   f"user {engine.user!r} lacks the {lacking} permission on "
@@ -553,6 +568,7 @@ class Broker(ConnectionHandler):
         """Open the pager and the journal and recover what it holds (see Storage.open)."""
         n = self.storage.open()
         self.network.rebuild_duplicates()
+        self.mirror.recovered()
         return n
 
     def close_journal(self) -> None:

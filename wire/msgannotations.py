@@ -42,9 +42,11 @@ from wire.amqptypes import (_DECODE_ERRORS, _P32, _U32, _VAR1, _W, CodecError, _
                             _vbin, encode_value)
 from wire.codec import _section_end, _walk
 
-__all__ = ["read_annotation", "read_annotations", "set_annotations", "remove_annotations"]
+__all__ = ["read_annotation", "read_annotations", "set_annotations", "remove_annotations",
+           "read_delivery_annotations", "replace_delivery_annotations"]
 
 _MA = 0x72                  # message-annotations section code (AMQP 1.0 §3.2.3)
+_DA = 0x71                  # delivery-annotations section code (AMQP 1.0 §3.2.2)
 _MA_DESCRIPTOR = b"\x00\x53\x72"
 
 # Bridges use a handful of keys over and over: keep their encodings. Bounded so that a caller passing
@@ -303,3 +305,55 @@ def remove_annotations(msg: bytes, keys) -> bytes:
     """The message without the symbol keys ``keys`` in its message-annotations map (``msg`` itself when
     none is there)."""
     return set_annotations(msg, dict.fromkeys(keys))
+
+
+# -- delivery-annotations (AMQP 1.0 §3.2.2) ---------------------------------------------------------------
+# Annotations for the next hop only: a sender that relays a message replaces them. The broker's mirror
+# (broker/mirror.py) carries each event's identity there, as Artemis' mirror does.
+
+def _find_da(msg):
+    """(section start, value offset, section end) of the delivery-annotations section, or
+    (insertion offset, None, None) when there is none."""
+    pos, code, vpos = _walk(msg, 1)
+    if code != _DA:
+        return pos, None, None
+    return pos, vpos, _section_end(msg, vpos, 1, len(msg))
+
+
+def read_delivery_annotations(msg: bytes, keys: tuple[str, ...]) -> dict:
+    """{key: decoded value} for those of ``keys`` present (as symbol keys) in the delivery-annotations map."""
+    try:
+        if len(msg) < 3 or (msg.find(b"\x00\x53\x71", 0, 64) < 0 and msg.find(b"\x00\x80", 0, 64) < 0):
+            return {}  # no delivery-annotations descriptor near the start: the usual case, answered at once
+        wanted = {_key(k)[1]: k for k in keys}
+        pos, vpos, send = _find_da(msg)
+        if vpos is None:
+            return {}
+        out = {}
+        for name, _k, vs, ve in _map_entries(msg, vpos, send):
+            if name is not None:
+                k = wanted.get(name)
+                if k is not None:
+                    out[k] = _value(msg, vs, ve)
+        return out
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
+
+
+def replace_delivery_annotations(msg: bytes, entries: dict[str, object] | None) -> bytes:
+    """The message with its delivery-annotations section replaced by one holding ``entries`` (symbol keys,
+    values encoded as :func:`set_annotations` does), or removed when ``entries`` is empty or None. Every
+    other section is copied byte for byte."""
+    try:
+        pos, vpos, end = _find_da(msg)
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
+    cut = end if vpos is not None else pos
+    if not entries:
+        return msg if vpos is None else msg[:pos] + msg[cut:]
+    body = b"".join(_key(k)[0] + _encode(v) for k, v in entries.items())
+    return msg[:pos] + b"\x00\x53\x71" + _compound(0xC1, body, 2 * len(entries)) + msg[cut:]

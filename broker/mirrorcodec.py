@@ -1,0 +1,120 @@
+"""The mirror's events as AMQP messages (docs/mirror-protocol.md; Artemis' AMQPMirrorControllerSource.java
+and AMQPMirrorMessageFactory.java name the keys).
+
+* A **message event** is the mirrored message itself with delivery annotations (AMQP 1.0 §3.2.2, for the
+  next hop only): ``x-opt-amq-mr-id`` (its id on its origin broker), ``x-opt-amq-mr-trg-q`` (the queue it
+  went to, a list of one), ``x-opt-amq-mr-dst`` (its address) and ``x-opt-amq-bkr-id`` (the origin broker,
+  absent when that is the sender). Every other byte of the message is left as it was.
+* A **control event** is a durable message whose message annotations say what happened:
+  ``x-opt-amq-mr-ev-type`` (createQueue, deleteQueue, addAddress, deleteAddress, postAck),
+  ``x-opt-amq-mr-adr``, ``x-opt-amq-mr-qu``, ``x-opt-amq-bkr-id`` (for postAck: the origin of the message
+  acknowledged; otherwise the broker where the event happened; absent: the sender) and
+  ``x-opt-amq-mr-ack-reason`` (absent: a consumer's acknowledgement). tdbroker adds
+  ``x-opt-td.mr-ev-origin``, the broker where an acknowledgement happened when that is not the sender
+  (a chain of mirrors), so that no broker sends an event back to where it came from. The body (amqp-value)
+  is a map for createQueue and the address events, the queue name for deleteQueue, and the message id for
+  postAck.
+"""
+
+from __future__ import annotations
+
+import proton
+
+from wire.amqptypes import CodecError
+from wire.msgannotations import read_annotations, read_delivery_annotations, replace_delivery_annotations
+
+MR_ID = "x-opt-amq-mr-id"
+TRG_Q = "x-opt-amq-mr-trg-q"
+DST = "x-opt-amq-mr-dst"
+BROKER_ID = "x-opt-amq-bkr-id"
+EV_TYPE = "x-opt-amq-mr-ev-type"
+ADR = "x-opt-amq-mr-adr"
+QU = "x-opt-amq-mr-qu"
+ACK_REASON = "x-opt-amq-mr-ack-reason"
+EV_ORIGIN = "x-opt-td.mr-ev-origin"
+MIRROR_CAPABILITY = "amq.mirror"
+
+EV_CREATE_QUEUE, EV_DELETE_QUEUE = "createQueue", "deleteQueue"
+EV_ADD_ADDRESS, EV_DELETE_ADDRESS, EV_POST_ACK = "addAddress", "deleteAddress", "postAck"
+EVENT_TYPES = (EV_CREATE_QUEUE, EV_DELETE_QUEUE, EV_ADD_ADDRESS, EV_DELETE_ADDRESS, EV_POST_ACK)
+#: broker.queue's removal reasons -> Artemis' AckReason names (a normal acknowledgement has none).
+ACK_REASONS = {"normal": None, "expired": "EXPIRED", "killed": "KILLED"}
+
+_DA_KEYS = (MR_ID, TRG_Q, DST, BROKER_ID)
+_MA_KEYS = (EV_TYPE, ADR, QU, BROKER_ID, ACK_REASON, EV_ORIGIN)
+
+
+def message_event(payload: bytes, mid: str, queue: str, address: str, origin: str) -> bytes:
+    """The message event for one queue copy of ``payload``."""
+    entries = {MR_ID: mid, TRG_Q: [queue], DST: address}
+    if origin:
+        entries[BROKER_ID] = origin
+    return replace_delivery_annotations(payload, entries)
+
+
+def control_event(kind: str, body, *, address: str = "", queue: str = "", message_origin: str = "",
+                  event_origin: str = "", reason: str | None = None) -> bytes:
+    """A control event (see the module docstring)."""
+    annotations = {proton.symbol(EV_TYPE): kind}
+    if address:
+        annotations[proton.symbol(ADR)] = address
+    if queue:
+        annotations[proton.symbol(QU)] = queue
+    origin = message_origin if kind == EV_POST_ACK else event_origin
+    if origin:
+        annotations[proton.symbol(BROKER_ID)] = origin
+    if event_origin:
+        annotations[proton.symbol(EV_ORIGIN)] = event_origin
+    if reason:
+        annotations[proton.symbol(ACK_REASON)] = reason
+    return proton.Message(body=body, durable=True, annotations=annotations).encode()
+
+
+def read_event(payload: bytes) -> tuple[str | None, dict]:
+    """(event type, annotations): the type is None for a message event (its delivery annotations are
+    returned), else one of EVENT_TYPES (its message annotations, plus ``body``). Raises CodecError."""
+    ma = read_annotations(payload, _MA_KEYS)
+    kind = ma.get(EV_TYPE)
+    if kind is None:
+        da = read_delivery_annotations(payload, _DA_KEYS)
+        if MR_ID not in da:
+            raise CodecError("neither a message event (no x-opt-amq-mr-id) nor a control event")
+        return None, da
+    if kind not in EVENT_TYPES:
+        raise CodecError(f"unknown mirror event type {kind!r}")
+    m = proton.Message()
+    try:
+        m.decode(payload)
+    except Exception as exc:  # noqa: BLE001 - proton raises its own error types
+        raise CodecError(f"mirror control event: {exc}") from None
+    ma["body"] = m.body
+    return str(kind), ma
+
+
+def identity_of(payload: bytes, sender_id: str | None, own_id: str) -> tuple | None:
+    """``(origin, id)`` of a mirrored copy stored here, from its delivery annotations (None when it has
+    none): the origin is the ``x-opt-amq-bkr-id`` it carries, else ``sender_id`` (the broker that mirrored
+    it here); this broker's own id reads as "" (a message first stored here)."""
+    try:
+        da = read_delivery_annotations(payload, (MR_ID, BROKER_ID))
+    except CodecError:
+        return None
+    mid = da.get(MR_ID)
+    if not isinstance(mid, str):
+        return None
+    origin = da.get(BROKER_ID) or sender_id or ""
+    return ("" if origin == own_id else str(origin), mid)
+
+
+def event_origin(payload: bytes) -> str:
+    """Where an event waiting to be sent came from ("": here): a message event's origin, a control event's
+    event origin."""
+    try:
+        ma = read_annotations(payload, (EV_TYPE, EV_ORIGIN, BROKER_ID))
+        if EV_TYPE in ma:
+            if ma[EV_TYPE] == EV_POST_ACK:
+                return str(ma.get(EV_ORIGIN) or "")
+            return str(ma.get(EV_ORIGIN) or ma.get(BROKER_ID) or "")
+        return str(read_delivery_annotations(payload, (BROKER_ID,)).get(BROKER_ID) or "")
+    except CodecError:
+        return ""
