@@ -1,8 +1,9 @@
 """``tdbroker -c broker.xml``: a store-and-forward AMQP broker speaking the Artemis configuration.
 
-Start-up contract: one stdout line per bound acceptor, ``tdbroker: listening on HOST:PORT (acceptor
-NAME)``, then ``tdbroker: ready``. A bad configuration exits with status 2 and ``FILE:LINE: message`` on
-stderr. SIGINT/SIGTERM close every connection with a close frame, sync the journal and exit 0.
+Start-up contract: one stdout line per bound acceptor address, ``tdbroker: listening on HOST:PORT
+(acceptor NAME)`` (``tdbroker: acceptor NAME not started (autoStart=false)`` for one that waits for the
+management operation startAcceptor), then ``tdbroker: ready``. A bad configuration exits with status 2
+and ``FILE:LINE: message`` on stderr. SIGINT/SIGTERM close every connection with a close frame, sync the journal and exit 0.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import click
 import trio
 
+from broker.acceptors import AcceptorControl, listening
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
 from broker.credentials import FROM_STORE, store_path
@@ -23,7 +25,7 @@ from broker.netruntime import NetworkConnectorTask
 from broker.runtime import BridgeTask, BrokerRuntime
 from broker.security import ACCEPTOR_MECHANISMS
 from broker.server import Broker
-from wire.driver import ConnectionLimit, serve_listener, shut_down_on_signal
+from wire.driver import shut_down_on_signal
 from wire.logformat import OneLineFormatter
 
 log = logging.getLogger("broker.daemon")
@@ -88,31 +90,38 @@ async def run_broker(cfg: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED)
             broker.recorder.close()
 
 
+async def _start_acceptors(broker: Broker, cfg: BrokerConfig, nursery: trio.Nursery) -> None:
+    """One AcceptorControl per <acceptor> in ``broker.acceptors``, each listening unless autoStart=false;
+    a port that cannot be bound at start-up ends the broker with FILE:LINE."""
+    if not hasattr(broker, "acceptors"):
+        broker.acceptors = {}   # management (broker/management.py) reads them there
+
+    def announce() -> None:
+        broker.network.set_local_acceptors(listening(broker.acceptors.values()))
+
+    for acc in cfg.acceptors:
+        settings = broker.connection_settings(name=acc.name, **acceptor_security(cfg))
+        ctl = AcceptorControl(acc, lambda remote, s=settings: broker.new_engine(s, server=True, remote_host=remote),
+                              on_change=announce)
+        broker.acceptors[acc.name] = ctl
+        try:
+            await nursery.start(ctl.run)
+        except OSError as exc:
+            raise SystemExit(f"{cfg.path}:{acc.line}: acceptor {acc.name}: cannot listen on "
+                             f"{acc.host}:{acc.port}: {exc}")
+        if not ctl.started:
+            print(f"tdbroker: acceptor {acc.name} not started (autoStart=false)", flush=True)
+        for h, p in ctl.bound:
+            print(f"tdbroker: listening on {h}:{p} (acceptor {acc.name})", flush=True)
+    announce()
+
+
 async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(BrokerRuntime(broker).run)
         if broker.recorder is not None:
             nursery.start_soon(broker.recorder.run)
-        bound: list[tuple[str, int, bool]] = []
-        for acc in cfg.acceptors:
-            settings = broker.connection_settings(name=acc.name, **acceptor_security(cfg))
-            limits = ()
-            if acc.connections_allowed >= 0:
-                limits = (ConnectionLimit(acc.connections_allowed, f"connections (acceptor {acc.name} "
-                                                                   "connectionsAllowed)"),)
-            try:
-                listeners = await nursery.start(functools.partial(
-                    serve_listener, acc.host, acc.port,
-                    lambda remote, s=settings: broker.new_engine(s, server=True, remote_host=remote),
-                    limits=limits, handshake_timeout=acc.handshake_timeout, tls=acc.tls))
-            except OSError as exc:
-                raise SystemExit(f"{cfg.path}:{acc.line}: acceptor {acc.name}: cannot listen on "
-                                 f"{acc.host}:{acc.port}: {exc}")
-            for lst in listeners:
-                h, p = lst.socket.getsockname()[:2]
-                bound.append((h, p, acc.tls is not None))
-                print(f"tdbroker: listening on {h}:{p} (acceptor {acc.name})", flush=True)
-        broker.network.set_local_acceptors(bound)
+        await _start_acceptors(broker, cfg, nursery)
         for ctl in broker.bridges.values():
             nursery.start_soon(BridgeTask(ctl).run)  # auto-start="false" ones wait for start_broker_connection
         # Network connectors: one after another (ActiveMQ's default), each given its first attempt, unless
