@@ -139,9 +139,14 @@ def _parse_mirror(ctx: Ctx, el) -> BrokerConnectionElement:
                             "the attribute to use the store-and-forward queue's name")
     if attrs["address-filter"] is not None:
         try:
-            _check_address_filter(attrs["address-filter"])
+            # The parser mirroring applies (broker/mirror.py), so start-up refuses what it could not apply.
+            # Imported here: broker.mirror imports the broker's core, which must not need the config parser.
+            from .mirror import address_filter
+
+            address_filter(attrs["address-filter"])
         except ValueError as exc:
-            raise ctx.error(el, f"<mirror> address-filter={attrs['address-filter']!r}: {exc}") from None
+            raise ctx.error(el, f"<mirror> {exc}: write address prefixes separated by commas, '!prefix' to "
+                                "leave one out") from None
     props = {}
     for pname, pel in children(ctx, el):
         if pname != "property":
@@ -151,22 +156,3 @@ def _parse_mirror(ctx: Ctx, el) -> BrokerConnectionElement:
     attrs["properties"] = props
     return BrokerConnectionElement("mirror", None, None, attrs, el.line)
 
-
-def _check_address_filter(text: str) -> None:
-    """Raise ValueError when ``text`` is not an address filter: comma-separated address prefixes, ``!prefix``
-    excludes one (Artemis manual, "AMQP Broker Connections", Mirror: address-filter), no empty item.
-    broker/mirror.py's :func:`address_filter` is the one that mirroring applies; it is used when present so
-    that start-up refuses exactly what mirroring could not apply."""
-    try:
-        from .mirror import address_filter
-    except ImportError:   # broker/mirror.py not written yet: the same rules, checked here
-        address_filter = None
-    if address_filter is not None:
-        address_filter(text)
-        return
-    for number, item in enumerate(text.split(","), 1):
-        prefix = item.strip()
-        prefix = prefix[1:].strip() if prefix.startswith("!") else prefix
-        if not prefix:
-            raise ValueError(f"item {number} is empty: write address prefixes separated by commas, "
-                             "'!prefix' to exclude one")
