@@ -28,7 +28,7 @@ import pathlib
 from . import diverts as divertconfig, netconfig, xmlschema as xs
 from . import fedconfig  # Artemis core federation: <connectors>, <federations> ... (broker/fedconfig.py)
 from .configmodel import (  # the objects this parser builds (re-exported: import them from here)
-    ANY_WORDS, DELIMITER, SINGLE_WORD, Acceptor, AddressConfig,
+    ANY_WORDS, DELIMITER, Acceptor, AddressConfig,
     AddressSettings, BrokerConfig, BrokerConnection, BrokerConnectionElement, FlowRecordsConfig, QueueConfig,
     artemis_match, check_wildcard_words, match_specificity_cmp,
 )
