@@ -284,8 +284,12 @@ class MirrorPart:
         if durable and src.durable and journal is not None:
             rid = ev.record_id = journal.append_message(src.snf, payload)
             ev.durable = True
-        q.enqueue(ev)
-        broker.delivery.dirty.add(q)
+        storage = broker.storage
+        if storage.must_page(q):   # the store-and-forward queue's address pages like any (a long outage)
+            storage.page(q, ev, src.snf)
+        else:
+            q.enqueue(ev)
+            broker.delivery.dirty.add(q)
         return rid
 
     # -- the source's link ---------------------------------------------------------------------------------
@@ -413,7 +417,8 @@ class MirrorPart:
                     self.index[ident] = (name, msg)
 
     def mgmt_sources(self) -> list[dict]:
-        now = self.broker.clock()
+        broker = self.broker
+        now = broker.clock()
         rows = []
         for src in self.sources.values():
             ctl = self.broker.bridges.get(src.name)
@@ -423,7 +428,7 @@ class MirrorPart:
             rows.append({
                 "name": src.name, "remote": src.conn.uri, "state": ctl.status if ctl is not None else "stopped",
                 "snfQueue": src.snf, "target": src.target_address, "durable": src.durable,
-                "queuedEvents": q.message_count if q is not None else 0,
+                "queuedEvents": (q.message_count if q is not None else 0) + broker.storage.paged_stats(src.snf)[0],
                 "oldestEventAgeMs": max(0, now - oldest) if oldest else 0,
                 "eventsSent": src.sent + (q.messages_acknowledged if q is not None else 0), "messageEvents": src.message_events, "ackEvents": src.ack_events,
                 "queueEvents": src.queue_events, "remoteBrokerId": src.remote_id or "", "lastError": src.last_error})
