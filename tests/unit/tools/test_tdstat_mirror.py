@@ -123,7 +123,8 @@ def test_the_examples_in_docs_management_md_are_what_tdstat_prints():
     source = [dict(MIRRORS[1], name="dr", remote="tcp://127.0.0.1:61733", state="connected", queuedEvents=12,
                    oldestEventAgeMs=340, eventsSent=9000)]
     assert tail(mirrors=source)[1:] == _doc_example("Here the source of `conf/mirror/` while a producer sends:")
-    assert tail(mirror_targets=TARGETS, acceptors=ACCEPTORS)[1:] == _doc_example(
+    replica = [dict(TARGETS[0], sourceName="", sourceId="mirror-source-5c0e2b7d91aa")]  # as a broker id names it
+    assert tail(mirror_targets=replica, acceptors=ACCEPTORS)[1:] == _doc_example(
         "The replica of `conf/mirror/` before a failover:")
 
 
