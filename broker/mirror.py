@@ -76,6 +76,8 @@ def address_filter(text: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def filter_allows(flt: tuple, address: str) -> bool:
     includes, excludes = flt
+    if not includes and not excludes:
+        return True
     if any(address.startswith(p) for p in excludes):
         return False
     return not includes or any(address.startswith(p) for p in includes)
@@ -96,6 +98,7 @@ class MirrorSource:
         self.queue_creation = bool(attrs.get("queue-creation", True))
         self.queue_removal = bool(attrs.get("queue-removal", True))
         self.filter = address_filter(attrs.get("address-filter"))
+        self.everything = self.filter == ((), ())
         self.remote_id = part.load_remote_id(self.name)
         self.message_events = self.ack_events = self.queue_events = 0
         self.sent = 0
@@ -107,7 +110,7 @@ class MirrorSource:
             return False  # never back to the broker it came from
         if address.startswith(NEVER_MIRRORED):
             return False
-        return filter_allows(self.filter, address)
+        return self.everything or filter_allows(self.filter, address)
 
     def queue(self):
         return self.part.broker.addressing.queues.get(self.snf)
@@ -222,10 +225,9 @@ class MirrorPart:
         for src in self.sources.values():
             if not src.acks or not src.wants(info.address, origin):
                 continue
-            body = ident[1]
-            annotations = {"address": info.address, "queue": qname, "message_origin": ident[0],
-                           "event_origin": origin, "reason": ACK_REASONS.get(reason)}
-            self._enqueue(src, control_event(EV_POST_ACK, body, **annotations), durable=True)
+            event = control_event(EV_POST_ACK, ident[1], address=info.address, queue=qname,
+                                  message_origin=ident[0], event_origin=origin, reason=ACK_REASONS.get(reason))
+            self._enqueue(src, event, durable=True)
             src.ack_events += 1
 
     def queue_created(self, name: str) -> None:
