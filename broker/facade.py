@@ -265,11 +265,13 @@ class ManagementFacade:
             ctl.stop()
         log.info("federation stream %s stopped by management", identity)
 
-    def start_acceptor(self, name: str) -> None:
-        """Start listening on an acceptor (one configured ``autoStart=false``, or stopped); KeyError when
-        unknown. Its Trio task binds just after."""
-        self._acceptor(name).start()
-        log.info("acceptor %s started by management", name)
+    def start_acceptor(self, name: str) -> bool:
+        """Start listening on an acceptor (one configured ``autoStart=false``, or stopped): True when it
+        listens, False when it could not bind (its ``lastError`` says why); KeyError when unknown."""
+        started = self._acceptor(name).start() is not False
+        if started:
+            log.info("acceptor %s started by management", name)
+        return started
 
     def stop_acceptor(self, name: str) -> None:
         """Stop listening on an acceptor and close the connections made through it; KeyError when unknown."""

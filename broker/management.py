@@ -313,12 +313,15 @@ class BrokerManagement:
 
     def _acceptor(self, req: wm.Request, *, start: bool) -> tuple[int, Any]:
         """Start or stop an acceptor by name (Artemis' AcceptorControl ``start()``/``stop()``); stopping it
-        closes the connections made through it. The answer is its row now (the Trio side binds or closes
-        just after, so ``started`` may still read the old value)."""
+        closes the connections made through it. The answer is its row now: an acceptor binds before
+        ``start`` returns, so ``started`` is already true; one that could not bind (a port in use) is a
+        500 with its ``lastError``, as Artemis' ``start()`` throws."""
         name = self._named(req, ACCEPTOR)
-        if start:
-            self.facade.start_acceptor(name)
-        else:
+        if start and not self.facade.start_acceptor(name):
+            row = next((r for r in self.rows(ACCEPTOR) if r["name"] == name), {})
+            raise ManagementError(wm.INTERNAL_ERROR, f"acceptor {name} did not start: "
+                                                     f"{row.get('lastError') or 'no reason given'}")
+        if not start:
             self.facade.stop_acceptor(name)
         log.info("management: %s acceptor %s", "started" if start else "stopped", name)
         row = next((r for r in self.rows(ACCEPTOR) if r["name"] == name), {"name": name})

@@ -9,8 +9,12 @@ starts disabled and is enabled this way).
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
+from broker.acceptors import AcceptorControl
+from broker.configmodel import Acceptor
 from broker.management import BrokerManagement
 from tests.unit.broker.fixtures import make_broker
 from wire import management as wm
@@ -166,3 +170,58 @@ def test_a_broker_without_mirror_or_acceptor_controls_has_no_such_rows(broker):
     mgmt = BrokerManagement(broker)
     assert rows(mgmt, MIRROR) == [] and rows(mgmt, MIRROR_TARGET) == [] and rows(mgmt, ACCEPTOR) == []
     assert call(mgmt, "startAcceptor", name="artemis").status == 404
+
+
+class RefusingAcceptor(FakeAcceptor):
+    """An acceptor whose port is taken: ``start()`` fails as AcceptorControl's does (False, lastError)."""
+
+    def start(self):
+        self.calls.append("start")
+        self.last_error = f"cannot listen on {self.host}:{self.port}: Address already in use"
+        return False
+
+    def describe(self) -> dict:
+        return {**super().describe(), "lastError": getattr(self, "last_error", None)}
+
+
+def test_an_acceptor_that_cannot_listen_is_a_500_with_its_reason(replica):
+    broker, mgmt = replica
+    broker.acceptors["busy"] = RefusingAcceptor("busy", 61618, auto_start=False)
+    refused = call(mgmt, "startAcceptor", name="busy")
+    assert refused.status == 500
+    assert refused.description == ("acceptor busy did not start: cannot listen on 127.0.0.1:61618: Address already "
+                                   "in use")
+    row = call(mgmt, "READ", type="acceptor", name="busy").body
+    assert row["started"] is False and "Address already in use" in row["lastError"]
+
+
+async def test_the_real_acceptor_control_starts_and_stops_by_management(broker):
+    """broker/acceptors.py's AcceptorControl (autoStart=false) behind the agent: startAcceptor binds before
+    the answer, so a client connects at once; stopAcceptor closes the socket; a taken port is a 500."""
+    def control(name: str, port: int) -> AcceptorControl:
+        acc = Acceptor(name, "127.0.0.1", port, ("AMQP",), {}, 1, auto_start=False)
+        settings = broker.connection_settings(name=name)
+        return AcceptorControl(acc, lambda remote: broker.new_engine(settings, server=True, remote_host=remote))
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        broker.acceptors = {"clients": control("clients", 0), "busy": control("busy", taken.getsockname()[1])}
+        mgmt = BrokerManagement(broker)
+        assert [(r["name"], r["started"], r["bound"]) for r in rows(mgmt, ACCEPTOR)] == [
+            ("clients", False, []), ("busy", False, [])]
+        started = call(mgmt, "startAcceptor", name="clients")
+        assert started.status == 200 and started.body["started"] is True
+        [address] = started.body["bound"]
+        host, port = address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=5):
+            pass  # listening when the answer came
+        stopped = call(mgmt, "stopAcceptor", name="clients")
+        assert stopped.status == 200 and (stopped.body["started"], stopped.body["bound"]) == (False, [])
+        with pytest.raises(OSError):
+            socket.create_connection((host, int(port)), timeout=5).close()
+        refused = call(mgmt, "startAcceptor", name="busy")
+        assert refused.status == 500 and "busy did not start: cannot listen on" in refused.description
+    finally:
+        taken.close()
