@@ -1,15 +1,18 @@
 """Edge mode: a router with one active uplink (role ``edge``) to an interior router and no routing protocol.
 
-Qpid Dispatch 1.19's edge mode (src/router_core/modules/edge_router/), simplified to what links can
-express (no address-tracking link yet):
+Qpid Dispatch 1.19's edge mode (src/router_core/modules/edge_router/):
 
 * For every mobile address with a **local consumer** the edge keeps an incoming link from the interior
   (a receiver on the uplink with that source address), so the interior — and through it the mesh —
   sees a destination. Messages arriving on it go to the local consumers only.
 * For every address with a **local producer** the edge keeps an outgoing link to the interior (a sender
-  with that target address). The interior grants it credit only while the address has a destination
-  somewhere in the mesh; the first credit makes the uplink a destination here, which in turn gives the
-  local producer credit. Credit therefore still flows end to end.
+  with that target address). For a mobile address that link is a destination here only while the
+  interior says, on the address-tracking link, that a destination exists beyond this edge (addr_proxy.c;
+  router/edgeproxy.py reads the updates). A local producer therefore has credit only while a consumer
+  exists somewhere in the mesh or on the edge, and when the last remote consumer goes the link stops
+  being a destination: the producer's credit is withheld and what was queued on the link is released.
+  Other routers' addresses (``_topo/...``, ``_edge/...``) are not tracked: their link becomes a
+  destination with its first credit from the interior.
 * Anonymous producers' messages for addresses without a local entry go up an anonymous sender.
 * Everything addressed to the edge itself (``_edge/<id>/...``, its dynamic reply addresses) comes down
   one link whose router annotations are kept: it is routed by ``x-opt-qd.to``, since a link-addressed
@@ -20,7 +23,10 @@ express (no address-tracking link yet):
   open as standbys, carrying no links, and the oldest takes over when the uplink is lost
   (src/router_core/modules/edge_router/connection_manager.c).
 
-The interior treats an ``edge`` connection like a client connection; that is all it needs for this.
+When the interior detaches the tracking link (one that does not serve it), the edge falls back to what
+links alone can express: a producer address's uplink sender becomes a destination with its first credit
+and stays one. The interior treats an ``edge`` connection like a client connection, apart from serving
+the tracking link (router/edgetracking.py).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Protocol
 
 from wire import raw
 from router.addresses import Address
+from router.edgeproxy import TRACKING_CREDIT, TrackingReceiver
 from router.links import InDelivery, RouterConnection, RouterLink
 
 log = logging.getLogger("router.edge")
@@ -57,6 +64,8 @@ class UplinkForwarding(Protocol):
 
     def on_oversized(self, engine, rl: RouterLink, d, limit: int) -> None: ...
 
+    def fail_outgoing(self, ol: RouterLink) -> None: ...
+
 
 class LinkUnbinder(Protocol):
     """What the uplink needs of the router when it drops one of its links (router/core.py)."""
@@ -65,8 +74,9 @@ class LinkUnbinder(Protocol):
 
 
 class EdgeUplink:
-    """The uplink's links for one edge router. It owns the senders it attaches (wire's LinkOwner): the
-    first credit on one tells it the mesh has a destination; every event then goes on to the forwarder."""
+    """The uplink's links for one edge router. It owns the senders it attaches (wire's LinkOwner) and
+    passes their events on to the forwarder; a sender becomes a destination of its address when the
+    interior's address tracking says so (or, untracked, with its first credit)."""
 
     def __init__(self, router_id: str, addresses: dict, forwarder: UplinkForwarding, links: LinkUnbinder):
         self.id = router_id
@@ -80,6 +90,11 @@ class EdgeUplink:
         self.receivers: dict[str, RouterLink] = {}  # address key -> incoming link from the interior
         self.senders: dict[str, RouterLink] = {}  # address key -> outgoing link to the interior
         self.waiting: set = set()  # sender link pointers that have not seen credit yet
+        # The address-tracking receiver on the uplink (None before the uplink, and once the interior has
+        # detached it), and the mobile keys whose sender the interior last said can send.
+        self.tracker = TrackingReceiver(self)
+        self.tracking: RouterLink | None = None
+        self.can_send: set[str] = set()
         # Other open edge connections, oldest first: unused until the uplink is lost.
         self.standby: list[RouterConnection] = []
 
@@ -114,6 +129,13 @@ class EdgeUplink:
         # What comes down it is routed by its x-opt-qd.to (a link-addressed producer's message has no
         # ``to``): annotations on an edge connection are never stripped (Dispatch 1.19 router_node.c).
         self.down.keep_in = True
+        # Which producer addresses have a destination beyond this edge (addr_proxy.c): attached before the
+        # senders, so that the interior's answer for each of them is already on its way when they attach.
+        lo = TrackingReceiver.attach(self.session, f"{self.id}.edge.tracking")
+        self.tracking = RouterLink(raw.pointer(lo), rc, True, None, TRACKING_CREDIT, lo.name, self.tracker)
+        rc.links[self.tracking.ptr] = self.tracking
+        rc.engine.own_link(self.tracking.ptr, self.tracking)
+        self.tracker.grant_initial_credit(self.tracking)
         for addr in list(self.addresses.values()):
             if addr.key[0] != "M":
                 continue
@@ -133,6 +155,8 @@ class EdgeUplink:
         self.session = None
         self.anonymous = None
         self.down = None
+        self.tracking = None
+        self.can_send.clear()
         for rl in list(self.senders.values()):
             self._drop_remote(rl)
         self.receivers.clear()
@@ -195,6 +219,7 @@ class EdgeUplink:
         if any(il.conn is not self.uplink for il in addr.inlinks):
             return
         rl = self.senders.pop(addr.key, None)
+        self.can_send.discard(addr.key)
         if rl is not None:
             self._drop_remote(rl)
             self._close(rl)
@@ -212,28 +237,82 @@ class EdgeUplink:
         if addr is not None and rl in addr.remote:
             addr.remote = [ol for ol in addr.remote if ol is not rl]
 
-    # -- events ------------------------------------------------------------------------------------
-    def credit_arrived(self, rl: RouterLink) -> None:
-        """The interior granted credit on an uplink sender: the mesh has a destination for it."""
-        self.waiting.discard(rl.ptr)
+    def _add_remote(self, rl: RouterLink) -> None:
+        """``rl`` (an uplink sender) becomes a destination of its address."""
         addr = rl.address
-        if addr is None or rl in addr.remote:
+        if addr is None or rl.closed or rl in addr.remote:
             return
         had = addr.has_destination
         addr.remote = addr.remote + [rl]
         if not had:
             self.forwarder.destination_appeared(addr)
 
+    def _remove_remote(self, rl: RouterLink) -> None:
+        """``rl`` is no destination any more: what is queued on it, waiting for the interior's credit, is
+        released to its producers, as when an address loses a consumer link; what the interior has taken
+        stays unsettled on the link until the interior answers. With no destination left, the address's
+        producers are given no more credit (the forwarder withholds it)."""
+        self._drop_remote(rl)
+        if rl.undelivered and not rl.closed:
+            # The forwarder's fail_outgoing releases the queue and fails the unsettled copies; only the
+            # former is wanted here, so the unsettled ones are kept aside meanwhile.
+            unsettled, rl.unsettled = rl.unsettled, {}
+            try:
+                self.forwarder.fail_outgoing(rl)
+            finally:
+                rl.unsettled = unsettled
+
+    # -- events ------------------------------------------------------------------------------------
+    def credit_arrived(self, rl: RouterLink) -> None:
+        """The interior granted credit on an uplink sender: without address tracking, the mesh has a
+        destination for it. Tracked (mobile) addresses wait for the interior's word instead."""
+        self.waiting.discard(rl.ptr)
+        addr = rl.address
+        if addr is None or (self.tracking is not None and addr.key[0] == "M"):
+            return
+        self._add_remote(rl)
+
+    def tracking_update(self, key: str, can_send: bool) -> None:
+        """The interior says whether the edge's producers for ``key`` have a destination beyond this edge
+        (router/edgeproxy.py). An update for an address without a sender here is stale: the sender was
+        closed after the interior sent it, and the next sender is told afresh."""
+        rl = self.senders.get(key)
+        if rl is None or rl.closed:
+            return
+        if can_send:
+            self.can_send.add(key)
+            self._add_remote(rl)
+        else:
+            self.can_send.discard(key)
+            self._remove_remote(rl)
+        log.debug("edge router: the interior says %s %s", key, "can send" if can_send else "cannot send")
+
     def link_lost(self, rl: RouterLink) -> None:
         """An uplink link was detached (by the interior or the connection)."""
+        if rl is self.tracking:
+            self._tracking_lost()
+            return
         for table in (self.receivers, self.senders):
             for key, other in list(table.items()):
                 if other is rl:
                     del table[key]
+                    if table is self.senders:
+                        self.can_send.discard(key)
         self._drop_remote(rl)
         self.waiting.discard(rl.ptr)
         if rl is self.anonymous:
             self.anonymous = None
+
+    def _tracking_lost(self) -> None:
+        """The interior detached the tracking link (it does not serve it): from now on a sender is a
+        destination once it has seen credit, as before there was tracking."""
+        self.tracking = None
+        self.can_send.clear()
+        log.warning("edge router: the interior detached the address-tracking link; producer addresses are "
+                    "now served whenever the interior gives credit")
+        for rl in list(self.senders.values()):
+            if rl.ptr not in self.waiting:
+                self._add_remote(rl)
 
     def fallback(self, ind) -> bool:
         """A message with no local address: send it up the anonymous link. False when there is none
