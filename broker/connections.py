@@ -189,7 +189,9 @@ class BridgeControl:
         # else PLAIN (a routers' or Artemis' acceptor).
         settings = broker.connection_settings(
             name=self.conn.name, sasl_username=self.conn.user or None, sasl_password=self.conn.password,
-            sasl_client_mechanisms=CLIENT_MECHANISMS if self.conn.user else None)
+            sasl_client_mechanisms=CLIENT_MECHANISMS if self.conn.user else None,
+            # who we are to a tdbroker at the other end (a mirror's replica names its source by it)
+            properties=broker.network.open_properties())
         engine = broker.new_engine(settings, server=False, remote_host=remote)
         engine.app.on_open = self._open
         return engine

@@ -20,7 +20,7 @@ import trio
 
 from tools import daemons
 from tools.benchclient import process_cpu_seconds
-from tools.benchprocs import BenchError, _BenchDaemon
+from tools.benchprocs import BenchError, BenchDaemon
 from tools.benchrun import run_via_peer
 from tools.mgmtclient import ManagementClient
 
@@ -54,7 +54,7 @@ MIRROR_CONNECTION = """<broker-connections>
   </broker-connections>"""
 
 
-class MirrorBrokerProcess(_BenchDaemon):
+class MirrorBrokerProcess(BenchDaemon):
     """A tdbroker of the mirror bench, with a mirror to the broker on ``replica_port`` when given."""
 
     def __init__(self, name: str, replica_port: int | None = None):

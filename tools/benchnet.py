@@ -15,7 +15,7 @@ import trio
 
 from tools import daemons
 from tools.benchclient import process_cpu_seconds
-from tools.benchprocs import BenchError, _BenchDaemon  # noqa: F401 - BenchError is what callers catch
+from tools.benchprocs import BenchError, BenchDaemon  # noqa: F401 - BenchError is what callers catch
 from tools.benchrun import run_via_peer
 
 NETWORK_MESSAGES = 30_000
@@ -38,7 +38,7 @@ CONNECTOR = """<networkConnectors>
   </networkConnectors>"""
 
 
-class NetBrokerProcess(_BenchDaemon):
+class NetBrokerProcess(BenchDaemon):
     """A tdbroker of the network bench, with a connector to ``remote_port`` when given."""
 
     def __init__(self, name: str, remote_port: int | None = None):

@@ -106,7 +106,7 @@ class BenchError(Exception):
     """The bench cannot run (a daemon did not start, a bad option): tdbench says why and exits 2."""
 
 
-class _BenchDaemon(daemons.DaemonProcess):
+class BenchDaemon(daemons.DaemonProcess):
     """A daemon of the bench: its configuration (unless the caller names a file), stderr and any journal
     live in a temporary directory that :meth:`stop` removes."""
 
@@ -133,7 +133,7 @@ class _BenchDaemon(daemons.DaemonProcess):
             self.tmp.cleanup()
 
 
-class RouterProcess(_BenchDaemon):
+class RouterProcess(BenchDaemon):
     """A tdrouterd subprocess for the bench: started from a config (text, or a file of the caller's);
     ``port`` is its first listener's, ``ports`` maps listener names to ports."""
 
@@ -145,7 +145,7 @@ class RouterProcess(_BenchDaemon):
         return self.reported_id
 
 
-class BrokerProcess(_BenchDaemon):
+class BrokerProcess(BenchDaemon):
     """A tdbroker subprocess peered with the bench's router (journal in its temporary directory)."""
 
     def __init__(self, router_port: int):
