@@ -45,12 +45,36 @@ _DA_KEYS = (MR_ID, TRG_Q, DST, BROKER_ID)
 _MA_KEYS = (EV_TYPE, ADR, QU, BROKER_ID, ACK_REASON, EV_ORIGIN)
 
 
+#: The encoded ``x-opt-amq-mr-trg-q`` and ``x-opt-amq-mr-dst`` entries per (queue, address): the same for
+#: every message of a queue. Bounded: a broker with an endless variety of queues just encodes them again.
+_ROUTE_CACHE: dict = {}
+ROUTE_CACHE_LIMIT = 4096
+
+
+def _route_entries(queue: str, address: str) -> bytes:
+    key = (queue, address)
+    r = _ROUTE_CACHE.get(key)
+    if r is None:
+        q = _str(queue)
+        r = _sym(TRG_Q) + b"\xc0" + bytes((len(q) + 1, 1)) + q if len(q) < 254 else \
+            _sym(TRG_Q) + b"\xd0" + (len(q) + 4).to_bytes(4, "big") + (1).to_bytes(4, "big") + q
+        r += _sym(DST) + _str(address)
+        if len(_ROUTE_CACHE) >= ROUTE_CACHE_LIMIT:
+            _ROUTE_CACHE.clear()
+        _ROUTE_CACHE[key] = r
+    return r
+
+
 def message_event(payload: bytes, mid: str, queue: str, address: str, origin: str) -> bytes:
     """The message event for one queue copy of ``payload``."""
-    entries = {MR_ID: mid, TRG_Q: [queue], DST: address}
+    body = _sym(MR_ID) + _str(mid) + _route_entries(queue, address)
+    count = 6
     if origin:
-        entries[BROKER_ID] = origin
-    return replace_delivery_annotations(payload, entries)
+        body += _sym(BROKER_ID) + _str(origin)
+        count = 8
+    encoded = (b"\xc1" + bytes((len(body) + 1, count)) + body) if len(body) < 255 else \
+        (b"\xd1" + (len(body) + 4).to_bytes(4, "big") + count.to_bytes(4, "big") + body)
+    return replace_delivery_annotations(payload, None, encoded_map=encoded)
 
 
 # A durable header (AMQP 1.0 §3.2.1: list of one, durable=true), and section descriptors (§3.2).

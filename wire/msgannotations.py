@@ -342,18 +342,27 @@ def read_delivery_annotations(msg: bytes, keys: tuple[str, ...]) -> dict:
         raise CodecError(f"malformed message: {e}") from None
 
 
-def replace_delivery_annotations(msg: bytes, entries: dict[str, object] | None) -> bytes:
+def replace_delivery_annotations(msg: bytes, entries: dict[str, object] | None, *,
+                                 encoded_map: bytes | None = None) -> bytes:
     """The message with its delivery-annotations section replaced by one holding ``entries`` (symbol keys,
     values encoded as :func:`set_annotations` does), or removed when ``entries`` is empty or None. Every
-    other section is copied byte for byte."""
-    try:
-        pos, vpos, end = _find_da(msg)
-    except CodecError:
-        raise
-    except _DECODE_ERRORS as e:
-        raise CodecError(f"malformed message: {e}") from None
-    cut = end if vpos is not None else pos
-    if not entries:
-        return msg if vpos is None else msg[:pos] + msg[cut:]
-    body = b"".join(_key(k)[0] + _encode(v) for k, v in entries.items())
-    return msg[:pos] + b"\x00\x53\x71" + _compound(0xC1, body, 2 * len(entries)) + msg[cut:]
+    other section is copied byte for byte. ``encoded_map``: the section's map already encoded (a caller
+    that writes the same keys per message builds it faster itself); ``entries`` is then ignored."""
+    if msg[:3] == b"\x00\x53\x70" and msg[3] == 0xC0 and len(msg) > 5 + msg[4] and \
+            msg[5 + msg[4]:7 + msg[4]] == b"\x00\x53" and msg[7 + msg[4]] != 0x71:
+        pos = cut = 5 + msg[4]   # a list8 header and no delivery annotations after it: the usual case
+        vpos = None
+    else:
+        try:
+            pos, vpos, end = _find_da(msg)
+        except CodecError:
+            raise
+        except _DECODE_ERRORS as e:
+            raise CodecError(f"malformed message: {e}") from None
+        cut = end if vpos is not None else pos
+    if encoded_map is None:
+        if not entries:
+            return msg if vpos is None else msg[:pos] + msg[cut:]
+        body = b"".join(_key(k)[0] + _encode(v) for k, v in entries.items())
+        encoded_map = _compound(0xC1, body, 2 * len(entries))
+    return b"".join((msg[:pos], b"\x00\x53\x71", encoded_map, msg[cut:]))

@@ -219,3 +219,42 @@ def test_bytearray_input():
     out = set_annotations(msg, {"x": [1], "other": None})
     assert type(out) is bytes and _ann(out)["x"] == [1] and "other" not in _ann(out)
     assert read_annotation(msg, "other") == "v" and read_annotations(msg, ("n",)) == {"n": 3}
+
+
+# -- delivery annotations (broker mirror) -------------------------------------------------------------------
+
+def _with_da(msg_kwargs, da=None) -> bytes:
+    import proton
+
+    m = proton.Message(**msg_kwargs)
+    if da:
+        m.instructions = {proton.symbol(k): v for k, v in da.items()}
+    return m.encode()
+
+
+@pytest.mark.parametrize("kwargs,da", [
+    ({"body": "x", "durable": True}, None),
+    ({"body": "x", "durable": True, "priority": 7, "ttl": 5}, None),
+    ({"body": "x"}, None),                                   # no header: the general path
+    ({"body": "x", "durable": True}, {"old": "gone"}),        # an existing section is replaced
+    ({"body": "x", "durable": True, "annotations": {"x-opt-a": 1}, "address": "q"}, {"k": 1}),
+])
+def test_delivery_annotations_are_replaced_and_the_rest_kept(kwargs, da):
+    import proton
+
+    from wire.msgannotations import read_delivery_annotations, replace_delivery_annotations
+
+    msg = _with_da(kwargs, da)
+    out = replace_delivery_annotations(msg, {"x-opt-amq-mr-id": "r1", "x-opt-amq-mr-trg-q": ["q1"]})
+    m = proton.Message()
+    m.decode(out)
+    assert dict(m.instructions) == {"x-opt-amq-mr-id": "r1", "x-opt-amq-mr-trg-q": ["q1"]}
+    assert m.body == "x" and m.durable == kwargs.get("durable", False) and m.address == kwargs.get("address")
+    assert read_delivery_annotations(out, ("x-opt-amq-mr-id", "old")) == {"x-opt-amq-mr-id": "r1"}
+    stripped = replace_delivery_annotations(out, None)
+    assert read_delivery_annotations(stripped, ("x-opt-amq-mr-id",)) == {}
+    assert stripped == replace_delivery_annotations(msg, None)
+    # a caller's own encoding of the same map gives the same bytes
+    same = replace_delivery_annotations(msg, None, encoded_map=out[out.index(b"\x00\x53\x71") + 3:
+                                                                   out.index(b"\x00\x53\x71") + 3 + 2 + out[out.index(b"\x00\x53\x71") + 4]])
+    assert same == out
