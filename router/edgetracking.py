@@ -2,8 +2,9 @@
 the interior tells each connected Qpid Dispatch edge router, for every mobile address the edge produces
 to, whether a consumer exists anywhere but on that edge (Qpid Dispatch 1.19
 src/router_core/modules/edge_addr_tracking/edge_addr_tracking.c; the edge side is
-src/router_core/modules/edge_router/addr_proxy.c). A Dispatch edge forwards its local producers' messages
-up its uplink only while the interior has said so.
+src/router_core/modules/edge_router/addr_proxy.c, and tdrouterd's own edge, router/edgeproxy.py with
+router/edge.py). An edge forwards its local producers' messages up its uplink only while the interior has
+said so.
 
 What the module does, as Dispatch's:
 
