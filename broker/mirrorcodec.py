@@ -42,6 +42,9 @@ EVENT_TYPES = (EV_CREATE_QUEUE, EV_DELETE_QUEUE, EV_ADD_ADDRESS, EV_DELETE_ADDRE
 ACK_REASONS = {"normal": None, "expired": "EXPIRED", "killed": "KILLED"}
 
 _DA_KEYS = (MR_ID, TRG_Q, DST, BROKER_ID)
+#: The event keys, encoded once (symbols, AMQP 1.0 §1.6.21).
+_SYMBOLS = {k: b"\xa3" + bytes((len(k),)) + k.encode("ascii")
+            for k in (MR_ID, TRG_Q, DST, BROKER_ID, EV_TYPE, ADR, QU, ACK_REASON, EV_ORIGIN)}
 _MA_KEYS = (EV_TYPE, ADR, QU, BROKER_ID, ACK_REASON, EV_ORIGIN)
 
 
@@ -84,8 +87,11 @@ _VALUE_DESCRIPTOR = b"\x00\x53\x77"
 
 
 def _sym(text: str) -> bytes:
-    raw = text.encode("ascii")
-    return b"\xa3" + bytes((len(raw),)) + raw
+    r = _SYMBOLS.get(text)
+    if r is None:
+        raw = text.encode("ascii")
+        r = b"\xa3" + bytes((len(raw),)) + raw
+    return r
 
 
 def _str(text: str) -> bytes:
@@ -127,13 +133,13 @@ def control_event(kind: str, body, *, address: str = "", queue: str = "", messag
 def read_event(payload: bytes) -> tuple[str | None, dict]:
     """(event type, annotations): the type is None for a message event (its delivery annotations are
     returned), else one of EVENT_TYPES (its message annotations, plus ``body``). Raises CodecError."""
+    da = read_delivery_annotations(payload, _DA_KEYS)   # message events, the usual case, first
+    if MR_ID in da:
+        return None, da
     ma = read_annotations(payload, _MA_KEYS)
     kind = ma.get(EV_TYPE)
     if kind is None:
-        da = read_delivery_annotations(payload, _DA_KEYS)
-        if MR_ID not in da:
-            raise CodecError("neither a message event (no x-opt-amq-mr-id) nor a control event")
-        return None, da
+        raise CodecError("neither a message event (no x-opt-amq-mr-id) nor a control event")
     if kind not in EVENT_TYPES:
         raise CodecError(f"unknown mirror event type {kind!r}")
     ma["body"] = _body(payload)
