@@ -23,6 +23,7 @@ from proton import Message
 from tests.system.clients import Producer, close_all
 from tests.system.harness import run_tool
 from tests.system.mirrorharness import (
+    BROKER_CONNECTION,
     Site,
     acceptor_refuses,
     browse_ids,
@@ -105,6 +106,29 @@ def test_source_killed_mid_stream_and_restarted_the_replica_converges(tmp_path):
         assert held[-500:] == list(range(10_000, 10_500))
 
 
+def test_events_captured_before_a_source_kill_9_are_sent_after_its_restart(tmp_path):
+    """The store-and-forward queue is durable: events the source captured and had not sent (its broker
+    connection stopped: ``auto-start="false"``) survive a ``kill -9`` of the source."""
+    replica = Site("replica", tmp_path)
+    replica.configure()
+    source = Site("source", tmp_path, mirror_acceptor=False)
+    source.configure(connections=[mirror_connection_xml("dr", replica.mirror_port, auto_start=False)])
+    with running(replica, source):
+        replica.start()
+        source.start()
+        produce(source.url, "orders", range(500))
+        assert drain_ids(source.url, "orders", 100) == list(range(100))
+        row = wait_for(lambda: (r := source.mirror_row("dr"))["ackEvents"] == 100 and r, "100 acknowledgements")
+        assert (row["state"], row["messageEvents"], row["eventsSent"]) == ("stopped", 500, 0), row
+        source.kill()
+        source.start()
+        row = source.mirror_row("dr")
+        assert row["state"] == "stopped" and row["queuedEvents"] == 600, row
+        source.call("startBrokerConnection", type=BROKER_CONNECTION, name="dr")
+        wait_for(lambda: source.mirror_row("dr")["queuedEvents"] == 0, "the stored events to be sent")
+        assert _same_content(source, replica) == list(range(100, 500))
+
+
 def test_replica_killed_and_restarted_mirroring_resumes_without_gap_or_duplicate(tmp_path):
     source, replica = _pair(tmp_path)
     with running(replica, source):
@@ -137,6 +161,9 @@ def test_dual_mirror_counts_every_message_once_on_each_side(tmp_path):
     with running(a, b):
         a.start()
         b.start()
+        for site, name in ((a, "to-b"), (b, "to-a")):
+            wait_for(lambda s=site, n=name: (r := s.mirror_row(n))["state"] == "connected" and r["remoteBrokerId"],
+                     f"{site.name}'s mirror to know the other side")
         produce(a.url, "orders", range(100))
         # B is the standby: open its client acceptor to produce there too (another queue: one site's
         # consumers per queue, as the caveats say).
@@ -158,7 +185,11 @@ def test_dual_mirror_counts_every_message_once_on_each_side(tmp_path):
             assert (counts["orders"], counts["audit"]) == (60, 90), (site.name, counts)
             assert browse_ids(site.url, "orders", 60) == list(range(40, 100))
             assert browse_ids(site.url, "audit", 90) == list(range(1010, 1100))
-        # what each side applied came from the other side only, once: nothing was sent back
+        # each side captured only what happened on it (nothing that came from the other side is sent
+        # back), and applied what came from the other side once
+        rows = {"to-b": a.mirror_row("to-b"), "to-a": b.mirror_row("to-a")}
+        assert (rows["to-b"]["messageEvents"], rows["to-b"]["ackEvents"]) == (100, 40), rows
+        assert (rows["to-a"]["messageEvents"], rows["to-a"]["ackEvents"]) == (100, 10), rows
         [from_a] = b.target_rows()
         [from_b] = a.target_rows()
         assert (from_a["messagesApplied"], from_a["acksApplied"], from_a["duplicatesSkipped"]) == (100, 40, 0), from_a
