@@ -298,6 +298,7 @@ class Router(ConnectionHandler):
         rl = RouterLink(link, rc, incoming, None, rc.engine.settings.link_capacity, auto_link.name,
                         self.forwarder)
         rl.auto_link = auto_link
+        rl.from_waypoint = incoming  # the container's queue feeds the phase (see Forwarder.destination_lost)
         key = f"M{auto_link.phase}{phase_name}"
         sem = self.address_config.semantics(phase_name)
         rl.address = self.addresses.bind(key, phase_name, sem.distribution, auto_link.phase, sem.pattern)
@@ -380,16 +381,19 @@ class Router(ConnectionHandler):
         else:  # the peer sends: an incoming link
             tgt = lo.remote_target
             addr = None
+            waypoint = None
             if tgt.dynamic:
                 addr = self._dynamic_target(engine, link)
             elif tgt.address:
-                addr = self.address_for(tgt.address, outgoing=False, waypoint=waypoint_ordinal(tgt))
+                waypoint = waypoint_ordinal(tgt)
+                addr = self.address_for(tgt.address, outgoing=False, waypoint=waypoint)
                 if addr is None:
                     engine.refuse_link(link, "amqp:not-found", "Node not found")
                     return
             if not tgt.dynamic:
                 engine.open_link_like_remote(link)
             rl = RouterLink(link, rc, True, addr, capacity, lo.name, rc.gate or self.forwarder)
+            rl.from_waypoint = waypoint is not None  # a container's queue produces this phase
             if addr is not None and addr.key[0] in "RH":
                 rl.target_override = tgt.address
             self._own(rc, rl)
@@ -548,6 +552,11 @@ class Router(ConnectionHandler):
         self.link_router.router_lost(router_id)
         self.mesh_forwarding.router_lost(router_id)
         self.edge_tracking.recheck_all()
+        # Consumers behind the lost router are gone: stop the waypoints that fed them. A scan of the table,
+        # on this cold path only (a router lost), instead of a per-address hook in mesh forwarding.
+        for addr in list(self.addresses.values()):
+            if addr.inlinks and not addr.has_destination:
+                self.forwarder.destination_lost(addr)
 
     def remote_address_added(self, router_id: str, key: str, hint: int) -> None:
         if key[0] in LINK_ROUTE_KEY_CLASSES:
@@ -561,7 +570,10 @@ class Router(ConnectionHandler):
             self.link_router.remote_removed(router_id, key)
         else:
             self.mesh_forwarding.remote_address_removed(router_id, key)
-            self.edge_tracking.destinations_changed(self.addresses.get(key))
+            addr = self.addresses.get(key)
+            if addr is not None:
+                self.forwarder.destination_lost(addr)  # the last consumer may have been that router's
+            self.edge_tracking.destinations_changed(addr)
 
     # -- local destinations, told to the edge uplink and the routing engine ----------------------------
     def _destination_added(self, addr: Address) -> None:
@@ -574,7 +586,9 @@ class Router(ConnectionHandler):
             self.inter_router.flush()
 
     def _destination_removed(self, addr: Address) -> None:
-        """``addr`` lost its last local consumer."""
+        """``addr`` lost its last local consumer (called before what was queued for it goes back, so that a
+        waypoint's credit is taken back first: see Forwarder.destination_lost)."""
+        self.forwarder.destination_lost(addr)
         if self.edge is not None:
             self.edge.consumer_removed(addr)
         if self.mesh is not None and P.is_synced_key(addr.key):

@@ -5,8 +5,29 @@ Everything here runs once per message (or per copy), so it touches only raw engi
 
 Credit (Qpid Dispatch 1.19 src/router_core/connections.c): an incoming link is given ``capacity`` credit
 only while its address has a destination; credit comes back as each delivery leaves the router's buffers
-(sent on an outgoing link, or released/rejected/dropped). When the address loses its last destination, queued deliveries are
-released back to their producers and credit is withheld until a destination returns.
+(sent on an outgoing link, or released/rejected/dropped). When the address loses its last destination, queued
+deliveries are released back to their producers and credit is withheld until a destination returns: what
+they earn back while there is no destination is owed, not given (DISPATCH-1012).
+
+Waypoints (no release ping-pong): a link fed by a waypoint (a broker's queue: its sender declared
+``qd.waypoint``, or an ``in`` auto-link; ``RouterLink.from_waypoint``) would not stop there. A store puts a
+released message back at the head of its queue and sends it again at once on the same link while it has
+credit, so withholding alone leaves the credit it still has (up to ``capacity``) to be spent bouncing the
+same few messages between broker and router — Qpid Dispatch 1.19 does that with in-auto-links. So when its
+address loses its last destination the router also takes back the credit the store has not used: a flow
+with link-credit 0, which a receiver may send at any time (AMQP 1.0 §2.6.7, Flow Control: "If the
+link-credit is reduced by the receiver when transfers are in-flight, the receiver MAY either handle the
+excess messages normally or detach the link"). The broker stops; the messages the router held for the
+departed consumer go back once (released, or modified when the consumer had them); deliveries the broker
+sent before it heard the flow are released once each, as any message without a route, and the store keeps
+them. Nothing is held in the router while there is no consumer. Every credit taken back, released or
+earned back is owed, so :meth:`Forwarder.destination_appeared` gives the store exactly ``capacity`` again.
+Proton counts a delivery that was in flight against credit the receiver no longer has and would announce
+the negative result as an unsigned link-credit near 2**32; so as each one is released the receiver's
+credit is brought back to zero from what is owed (``_credit_not_below_zero``). The flow goes
+out before the dispositions of the same batch (proton writes a receiver's flow before transfers and
+dispositions), so the store sees its credit gone before it sees the releases. A plain client producer keeps
+the Dispatch behaviour: its credit is withheld, not taken back.
 
 Settlement: nothing is settled upstream before the downstream peer settled (end to end); an anycast
 delivery mirrors the consumer's outcome with its details; an unsettled multicast delivery settles after
@@ -56,6 +77,7 @@ _delivery_remote_state = raw.delivery_remote_state
 _link_credit = raw.link_credit
 _link_flow = raw.link_flow
 _link_get_drain = raw.link_get_drain
+_link_queued = raw.link_queued
 _send_message = raw.send_message
 _send_ring_tagged = raw.send_ring_tagged
 
@@ -443,6 +465,8 @@ class Forwarder:
         if addr is not None and not addr.rlinks and not addr.has_destination:
             il.owed_credit += 1
             il.withheld = True
+            if il.from_waypoint:
+                self._credit_not_below_zero(il)
             return
         owed = il.owed_credit + 1
         if owed >= il.credit_batch:
@@ -746,6 +770,40 @@ class Forwarder:
         else:
             il.withheld = True
             il.owed_credit = il.capacity
+
+    def destination_lost(self, addr) -> None:
+        """``addr`` may have lost its last destination: take back the credit its waypoint-fed links have
+        not used (see the module docstring: a store would send what the router releases straight back).
+        Idempotent, and a no-op while the address has a destination; the credit is owed until
+        :meth:`destination_appeared`."""
+        if addr.has_destination:
+            return
+        for il in addr.inlinks:
+            if not il.from_waypoint or il.closed:
+                continue
+            il.withheld = True
+            ptr = il.ptr
+            # What the next flow frame would announce: the receiver's credit less the deliveries it holds
+            # that are not yet advanced past (a multi-frame one arriving). Zero or less: nothing to take.
+            credit = _link_credit(ptr) - _link_queued(ptr)
+            if credit > 0:
+                il.owed_credit += credit
+                _link_flow(ptr, -credit)  # the flow frame carries link-credit 0
+                il.engine.wake()
+
+    @staticmethod
+    def _credit_not_below_zero(il: RouterLink) -> None:
+        """A delivery the store sent before it heard that its credit was taken back has left the router
+        (released): bring the receiver's credit back up to zero. Proton counts such deliveries against
+        credit it no longer has, and a flow frame would carry the negative figure as an unsigned
+        link-credit near 2**32 — endless credit for any peer but proton. The flow says link-credit 0 with
+        the new delivery-count; the credit used for it comes out of what is owed."""
+        ptr = il.ptr
+        deficit = _link_queued(ptr) - _link_credit(ptr)
+        if deficit > 0:
+            il.owed_credit -= deficit
+            _link_flow(ptr, deficit)
+            il.engine.wake()
 
     def destination_appeared(self, addr) -> None:
         """The first consumer arrived: give withheld credit to the address's producers."""

@@ -61,7 +61,7 @@ class RouterLink:
     __slots__ = (
         "id", "ptr", "conn", "engine", "incoming", "address", "capacity", "name", "owner",
         # incoming
-        "outstanding", "owed_credit", "credit_batch", "withheld",
+        "outstanding", "owed_credit", "credit_batch", "withheld", "from_waypoint",
         # outgoing
         "undelivered", "unsettled", "tag_seq", "presettled_out", "dirty", "max_message_size", "fresh",
         # state and counters
@@ -92,6 +92,10 @@ class RouterLink:
         # below capacity - batch credit while its messages keep moving.
         self.credit_batch = max(1, capacity // 10)
         self.withheld = False  # credit held back because the address has no destination
+        # A waypoint's output (a broker's queue: its sender declared qd.waypoint, or an ``in`` auto-link):
+        # credit it has not used is taken back when its address loses its last destination, because a
+        # store sends again at once what the router releases (router/forwarder.py, destination_lost).
+        self.from_waypoint = False
         self.undelivered: deque = deque()
         self.unsettled: dict = {}  # outgoing delivery pointer -> InDelivery
         self.tag_seq = 0
