@@ -39,9 +39,16 @@ DIRECT_LINK_CAPACITY = 250
 # ...replenished in batches of a tenth, like the router does.
 DIRECT_CREDIT_BATCH = 25
 TIMESTAMP_BYTES = 8
-# The max-frame-size the bench's receivers advertise: messages up to MAX_UNSPLIT bytes arrive in one frame.
+# The max-frame-size the bench's clients advertise. A message may still arrive in several transfer
+# frames whatever its size (a router may forward the start of a message before its end has arrived, as
+# Qpid Dispatch does), so receivers never assume one frame per message.
 CLIENT_MAX_FRAME = 65536
-MAX_UNSPLIT = CLIENT_MAX_FRAME - 4096
+# Of a message that arrives in parts, a receiver keeps only this much of its start: the sections before
+# the body (router annotations, properties) and the body's timestamp are there, and the rest is counted,
+# not kept, so a 1 GB message costs the client no more memory than a small one.
+KEEP_PREFIX = 64 * 1024
+# How much of a partial delivery is read from the engine per call.
+PART_READ_CHUNK = 256 * 1024
 
 # Flow records (--records): message-ids are the sender's prefix and a sequence number this wide.
 ID_DIGITS = 12
@@ -64,6 +71,10 @@ _flow = raw.link_flow
 _recv_all = raw.recv_all
 _pn_delivery = raw.lib.pn_delivery
 _pn_link_send = raw.lib.pn_link_send
+_pn_link_recv = raw.lib.pn_link_recv
+_aborted = raw.delivery_aborted
+_part_buf = bytearray(PART_READ_CHUNK)
+_part_ptr = raw.ffi.from_buffer(_part_buf)
 ACCEPTED = raw.ACCEPTED
 TERMINAL_STATES = raw.TERMINAL_STATES
 OUTCOME_NAMES = {raw.ACCEPTED: "accepted", raw.REJECTED: "rejected", raw.RELEASED: "released",
@@ -140,6 +151,8 @@ class LoadRun:
         self.accepted = 0
         self.outcomes: dict[str, int] = {}  # non-accepted outcomes seen by senders
         self.settled_out = 0  # senders' deliveries that got their final outcome
+        self.aborted = 0  # deliveries the peer aborted part-way (not counted as received)
+        self.rx_bytes = 0  # bytes of messages that arrived in parts (progress while a large one arrives)
         self.latencies = array("q")
         self.t0 = self.t1 = None  # perf_counter_ns at the start/end of the measured window
         self.cpu0 = self.cpu1 = None  # client process CPU seconds
@@ -165,7 +178,7 @@ class LoadRun:
             self.done.set()
 
     def progress(self) -> tuple:
-        return (self.sent, self.received, self.settled_out)
+        return (self.sent, self.received, self.settled_out, self.aborted, self.rx_bytes)
 
     # -- results ---------------------------------------------------------------------------------
     def result(self) -> dict:
@@ -185,6 +198,7 @@ class LoadRun:
             "received": self.received,
             "accepted": self.accepted,
             "non_accepted": dict(self.outcomes),
+            "aborted": self.aborted,
             "lost": max(0, self.sent - self.received),
             "complete": complete and not self.errors,
             "measured_messages": measured,
@@ -342,9 +356,13 @@ def _tag_ring(n: int):
 
 
 class Receiver:
-    """One receiving link: grants credit and hands it back ``batch`` at a time."""
+    """One receiving link: grants credit and hands it back ``batch`` at a time.
 
-    __slots__ = ("ptr", "obj", "owed", "batch", "received", "address")
+    While the link's current delivery arrives in parts, ``part`` holds its first ``KEEP_PREFIX`` bytes
+    and ``part_len`` counts every byte read so far (``part`` is None between messages).
+    """
+
+    __slots__ = ("ptr", "obj", "owed", "batch", "received", "address", "part", "part_len")
 
     def __init__(self, ptr, obj, batch: int, address: str = ""):
         self.ptr = ptr
@@ -353,6 +371,24 @@ class Receiver:
         self.batch = batch
         self.received = 0
         self.address = address
+        self.part: bytearray | None = None
+        self.part_len = 0
+
+    def read_part(self, link) -> int:
+        """Read what has arrived of the link's current delivery: keep up to KEEP_PREFIX bytes of the
+        message's start, count the rest. Returns the bytes read by this call."""
+        part = self.part
+        got = 0
+        while True:
+            n = _pn_link_recv(link, _part_ptr, PART_READ_CHUNK)
+            if n <= 0:
+                break
+            room = KEEP_PREFIX - len(part)
+            if room > 0:
+                part += memoryview(_part_buf)[:n if n < room else room]
+            got += n
+        self.part_len += got
+        return got
 
 
 class BenchHandler(ConnectionHandler):
@@ -361,15 +397,15 @@ class BenchHandler(ConnectionHandler):
     ``accept_links`` makes it the direct-mode receiving end: every attach from the peer is accepted and
     an incoming link becomes a :class:`Receiver` with ``DIRECT_LINK_CAPACITY`` credit.
 
-    Receiving: the bench's messages fit in one frame (receivers advertise ``CLIENT_MAX_FRAME``), so the
-    partial check is made only for messages that could be split; a delivery is accepted and settled
-    (at-least-once) or just settled (pre-settled) at once, so it never raises another event.
+    Receiving: a delivery is accepted and settled (at-least-once) or just settled (pre-settled) once
+    all of it has arrived, so it never raises another event. One that arrives in several frames is read
+    as it comes (see :meth:`Receiver.read_part`) and counted only when complete; one the peer aborts is
+    settled and counted in ``LoadRun.aborted``, not as received.
     """
 
-    def __init__(self, run: LoadRun, *, accept_links: bool = False, may_split: bool = False):
+    def __init__(self, run: LoadRun, *, accept_links: bool = False):
         self.run = run
         self.accept_links = accept_links
-        self.may_split = may_split  # messages may arrive in several transfer frames
         self.rx: dict = {}  # link pointer -> Receiver
         self.tx: dict = {}  # link pointer -> Sender
 
@@ -377,9 +413,19 @@ class BenchHandler(ConnectionHandler):
         link = _delivery_link(d)
         r = self.rx.get(link)
         if r is not None:
-            if self.may_split and (_partial(d) or not _readable(d)):
-                return  # the rest of a large message is still on its way
-            msg = _recv_all(link)
+            if _partial(d) or r.part is not None or not _readable(d):
+                got = self._assemble(conn, link, d, r)
+                if got is None:
+                    return  # more of it is on its way (or it was aborted, or it is not ours to read)
+                msg, total = got
+            else:
+                msg = _recv_all(link)
+                total = len(msg)
+                if not total:  # nothing to read: an aborted first frame, or an empty transfer
+                    got = self._assemble(conn, link, d, r)
+                    if got is None:
+                        return
+                    msg, total = got
             _advance(link)
             run = self.run
             if not run.presettled:
@@ -387,25 +433,19 @@ class BenchHandler(ConnectionHandler):
             _settle(d)
             if run.recorder is not None:
                 run.recorder.record("received", mid=message_id_str(properties_fields(msg, 1)[0]),
-                                    address=r.address, size=len(msg),
+                                    address=r.address, size=total,
                                     outcome=None if run.presettled else "accepted")
             n = run.received + 1
             run.received = n
             r.received += 1
             if n > run.warmup:
-                run.latencies.append(_now() - _unpack_ts(msg, len(msg) - run.size)[0])
+                run.latencies.append(_now() - _unpack_ts(msg, total - run.size)[0])
                 if n >= run.total:
                     run.mark_end()
                     run.check_done()
             elif n == run.warmup:
                 run.mark_start()
-            owed = r.owed + 1
-            if owed >= r.batch:
-                _flow(link, owed)
-                r.owed = 0
-                conn.wake()
-            else:
-                r.owed = owed
+            self._return_credit(conn, link, r)
             return
         s = self.tx.get(link)
         if s is None:
@@ -432,6 +472,42 @@ class BenchHandler(ConnectionHandler):
                 s.pump()
         elif run.settled_out >= run.total:
             run.check_done()
+
+    def _assemble(self, conn, link, d, r: Receiver):
+        """A delivery that is arriving in parts: read what has come. Returns (the message's start as
+        kept, its total length) once it is complete; None while more is to come, when the delivery is not
+        the link's current one (an update to one we have finished with), or when it was aborted."""
+        if not _readable(d):
+            return None
+        if r.part is None:
+            r.part = bytearray()
+            r.part_len = 0
+        if _aborted(d):
+            # AMQP 1.0 §2.7.5 (transfer, aborted): the sender gave up on it; drop what came, settle it,
+            # and hand its credit back as if it had been received.
+            r.part = None
+            _advance(link)
+            _settle(d)
+            self.run.aborted += 1
+            self._return_credit(conn, link, r)
+            return None
+        self.run.rx_bytes += r.read_part(link)
+        if _partial(d):
+            return None
+        msg, total = bytes(r.part), r.part_len
+        r.part = None
+        if total - self.run.size < 0 or total - self.run.size + TIMESTAMP_BYTES > len(msg):
+            raise ValueError(f"a {total}-byte message is not a tdbench message of {self.run.size} bytes")
+        return msg, total
+
+    def _return_credit(self, conn, link, r: Receiver) -> None:
+        owed = r.owed + 1
+        if owed >= r.batch:
+            _flow(link, owed)
+            r.owed = 0
+            conn.wake()
+        else:
+            r.owed = owed
 
     def on_link_flow(self, conn, link) -> None:
         s = self.tx.get(link)

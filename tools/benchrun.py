@@ -14,7 +14,7 @@ import proton
 import trio
 
 from tools.benchclient import (
-    CLIENT_MAX_FRAME, MAX_UNSPLIT, BenchHandler, LoadRun, MessageTemplate, Receiver, Sender,
+    CLIENT_MAX_FRAME, BenchHandler, LoadRun, MessageTemplate, Receiver, Sender,
 )
 from wire import raw
 from wire.connection import ConnectionSettings, EngineConnection
@@ -150,8 +150,7 @@ async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, me
     pid = os.getpid()
     if records:
         run.recorder = FlowRecorder(records, f"tdbench-{pid}")
-    probe = MessageTemplate(size, durable=durable, id_prefix=f"tdbench-{pid}-0-" if records else None)
-    handler = BenchHandler(run, may_split=probe.encoded_size > MAX_UNSPLIT)
+    handler = BenchHandler(run)
     conns = _Connections(security)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch, run, deadline)
@@ -164,6 +163,8 @@ async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, me
                 rcv = attach_receiver(e, f"tdbench-rx{i}", source_address or address, presettled, RECEIVER_CREDIT)
                 handler.rx[raw.pointer(rcv)] = Receiver(raw.pointer(rcv), rcv, RECEIVER_CREDIT_BATCH, address)
                 e.wake()
+            if not run.warmup:  # a run too short for a warm-up (one message) is measured from here
+                run.mark_start()
             for i, count in enumerate(split(messages, senders)):
                 e = await conns.open(host, port, handler, f"tdbench-{pid}-tx{i}", nursery)
                 snd = attach_sender(e, f"tdbench-tx{i}", address, presettled)
@@ -191,7 +192,7 @@ async def run_direct(*, senders: int, messages: int, size: int, presettled: bool
     """
     run = LoadRun(messages, warmup, size, presettled)
     template = MessageTemplate(size)
-    server_handler = BenchHandler(run, accept_links=True, may_split=template.encoded_size > MAX_UNSPLIT)
+    server_handler = BenchHandler(run, accept_links=True)
     client_handler = BenchHandler(run)
     server_settings = ConnectionSettings(container_id=f"tdbench-{os.getpid()}-direct", offered_capabilities=(),
                                          max_frame_size=CLIENT_MAX_FRAME)
@@ -208,6 +209,8 @@ async def run_direct(*, senders: int, messages: int, size: int, presettled: bool
         port = listeners[0].socket.getsockname()[1]
         nursery.start_soon(_watch, run, deadline)
         try:
+            if not run.warmup:
+                run.mark_start()
             for i, count in enumerate(split(messages, senders)):
                 e = await conns.open("127.0.0.1", port, client_handler, f"tdbench-{os.getpid()}-dtx{i}", nursery)
                 snd = attach_sender(e, f"tdbench-tx{i}", address, presettled)
