@@ -66,6 +66,10 @@ class UplinkForwarding(Protocol):
 
     def fail_outgoing(self, ol: RouterLink) -> None: ...
 
+    def release_queued(self, ol: RouterLink) -> None: ...
+
+    def destination_lost(self, addr: Address) -> None: ...
+
 
 class LinkUnbinder(Protocol):
     """What the uplink needs of the router when it drops one of its links (router/core.py)."""
@@ -253,14 +257,11 @@ class EdgeUplink:
         stays unsettled on the link until the interior answers. With no destination left, the address's
         producers are given no more credit (the forwarder withholds it)."""
         self._drop_remote(rl)
+        if rl.address is not None:
+            # a waypoint's store feeding this edge must not be sent back what is released (forwarder.py)
+            self.forwarder.destination_lost(rl.address)
         if rl.undelivered and not rl.closed:
-            # The forwarder's fail_outgoing releases the queue and fails the unsettled copies; only the
-            # former is wanted here, so the unsettled ones are kept aside meanwhile.
-            unsettled, rl.unsettled = rl.unsettled, {}
-            try:
-                self.forwarder.fail_outgoing(rl)
-            finally:
-                rl.unsettled = unsettled
+            self.forwarder.release_queued(rl)
 
     # -- events ------------------------------------------------------------------------------------
     def credit_arrived(self, rl: RouterLink) -> None:

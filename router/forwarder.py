@@ -720,6 +720,26 @@ class Forwarder:
         have been processed: modified with delivery-failed, so the producer may resend. The same holds
         for a link to a neighbour router that is lost.
         """
+        self.release_queued(ol)
+        unsettled = ol.unsettled
+        ol.unsettled = {}
+        if unsettled and ol.engine.output_blocked:
+            self._recheck_output(ol.conn)
+        # Sent and not settled: through a lost neighbour as much as to a departing consumer, the copy may
+        # have reached a consumer and been processed, so the producer hears modified (delivery-failed),
+        # never released ("not delivered", AMQP 1.0 §3.4.4), which would invite a duplicate; as Dispatch
+        # does for deliveries in flight on a lost link (router_core/connections.c).
+        tracked = self.outstanding_remote
+        for ind in unsettled.values():
+            if tracked:
+                self.remote_settled(ind)
+            ind.copies -= 1
+            self._copy_done(ind, MODIFIED, None)
+
+    def release_queued(self, ol: RouterLink) -> None:
+        """Release to their producers the copies queued on ``ol`` and not sent yet (the link stops being
+        a destination, as an edge's uplink sender does when the interior says nobody consumes beyond the
+        edge); what it has sent stays unsettled on it until its peer answers."""
         q = ol.undelivered
         ol.undelivered = type(q)()
         tracked = self.outstanding_remote
@@ -731,19 +751,6 @@ class Forwarder:
             self._copy_done(ind, RELEASED, None)
             if ind.buffered == 0:
                 self.left_buffer(ind)
-        unsettled = ol.unsettled
-        ol.unsettled = {}
-        if unsettled and ol.engine.output_blocked:
-            self._recheck_output(ol.conn)
-        # Sent and not settled: through a lost neighbour as much as to a departing consumer, the copy may
-        # have reached a consumer and been processed, so the producer hears modified (delivery-failed),
-        # never released ("not delivered", AMQP 1.0 §3.4.4), which would invite a duplicate; as Dispatch
-        # does for deliveries in flight on a lost link (router_core/connections.c).
-        for ind in unsettled.values():
-            if tracked:
-                self.remote_settled(ind)
-            ind.copies -= 1
-            self._copy_done(ind, MODIFIED, None)
 
     def remote_settled(self, ind: InDelivery) -> None:
         """A balanced copy sent to a neighbour router settled or failed: it no longer weighs that
