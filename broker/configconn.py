@@ -127,7 +127,7 @@ def _warn_sender_receiver_loop(ctx: Ctx, el, conn: BrokerConnection) -> None:
 
 def _parse_mirror(ctx: Ctx, el) -> BrokerConnectionElement:
     """``<mirror>`` with every attribute of :data:`broker.xmlschema.MIRROR_ATTRS` filled in (defaults for
-    those absent) plus ``properties`` from its ``<property key value>`` children. broker/mirror.py acts on it."""
+    those absent); ``<property>`` children are refused. broker/mirror.py acts on it."""
     ctx.check_attrs(el, xs.MIRROR_ATTRS)
     attrs = {name: ctx.attr(el, name, vkind, default) for name, (vkind, default) in xs.MIRROR_ATTRS.items()}
     if attrs["sync"]:
@@ -147,12 +147,13 @@ def _parse_mirror(ctx: Ctx, el) -> BrokerConnectionElement:
         except ValueError as exc:
             raise ctx.error(el, f"<mirror> {exc}: write address prefixes separated by commas, '!prefix' to "
                                 "leave one out") from None
-    props = {}
     for pname, pel in children(ctx, el):
         if pname != "property":
             raise unknown_element(ctx, pel, "mirror", ["property"])
-        ctx.check_attrs(pel, ("key", "value"))
-        props[ctx.attr(pel, "key", required=True)] = ctx.attr(pel, "value", default="")
-    attrs["properties"] = props
+        # Artemis hands <property> entries to its mirror controller's plug-ins; tdbroker has none, and a
+        # setting that does nothing must not be accepted.
+        raise ctx.error(pel, "<property> in <mirror> is not supported (tdbroker's mirror takes no properties); "
+                             "remove it")
+    attrs["properties"] = {}
     return BrokerConnectionElement("mirror", None, None, attrs, el.line)
 

@@ -98,11 +98,12 @@ MIRROR_ATTRIBUTES = ("name", "identity", "type", "remote", "state", "snfQueue", 
                      "queueEvents", "remoteBrokerId", "lastError")
 # One row per mirror source this broker is the replica of (MirrorPart.mgmt_targets): identity the source's
 # broker id, name its name (its id when unknown); what it applied, the re-sent events it skipped
-# (duplicatesSkipped), acknowledgements of messages it did not hold (acksUnmatched), and how long ago the
+# (duplicatesSkipped), acknowledgements of messages it did not hold (acksUnmatched), events that came back
+# round a dual mirror to where they started (loopsSkipped), and how long ago the
 # last event came (lastEventAgeMs).
 MIRROR_TARGET_ATTRIBUTES = ("name", "identity", "type", "sourceId", "sourceName", "address", "connected",
                             "messagesApplied", "acksApplied", "queueEventsApplied", "duplicatesSkipped",
-                            "acksUnmatched", "lastEventAgeMs")
+                            "acksUnmatched", "loopsSkipped", "lastEventAgeMs")
 # One row per <acceptor> (broker/acceptors.py AcceptorControl.describe): host and port as configured, bound
 # the "host:port" it listens on now (empty while not started), autoStart its URI parameter, tls, connections
 # open through it now, lastError why it last failed to start listening (a port in use).

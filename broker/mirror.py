@@ -32,6 +32,7 @@ message, so that an acknowledgement coming back (dual mirror) finds it.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import uuid
@@ -100,6 +101,10 @@ class MirrorSource:
         self.filter = address_filter(attrs.get("address-filter"))
         self.everything = self.filter == ((), ())
         self.remote_id = part.load_remote_id(self.name)
+        # Events whose journal record is not on disk yet, in capture order ((record id or None, event)): the
+        # link may not hand one to the replica before the source could lose it in a crash (the replica would
+        # hold what the source lost, and a restarted source reuses the lost record ids).
+        self.waiting: collections.deque = collections.deque()
         self.message_events = self.ack_events = self.queue_events = 0
         self.sent = 0
         self.last_error = ""
@@ -286,13 +291,31 @@ class MirrorPart:
         if durable and src.durable and journal is not None:
             rid = ev.record_id = journal.append_message(src.snf, payload)
             ev.durable = True
-        storage = broker.storage
+        if rid is not None or src.waiting:
+            src.waiting.append((rid, ev))   # deliverable once on disk (durable_up_to), in order
+        else:
+            self._deliverable(src, q, ev)
+        return rid
+
+    def _deliverable(self, src: MirrorSource, q, ev: QueuedMessage) -> None:
+        storage = self.broker.storage
         if storage.must_page(q):   # the store-and-forward queue's address pages like any (a long outage)
             storage.page(q, ev, src.snf)
         else:
             q.enqueue(ev)
-            broker.delivery.dirty.add(q)
-        return rid
+            self.broker.delivery.dirty.add(q)
+
+    def durable_up_to(self, record_id: int) -> None:
+        """The journal has every record up to ``record_id`` on disk: the events waiting for it may go."""
+        for src in self.sources.values():
+            waiting = src.waiting
+            if not waiting:
+                continue
+            q = src.queue()
+            while waiting and (waiting[0][0] is None or waiting[0][0] <= record_id):
+                _rid, ev = waiting.popleft()
+                if q is not None:
+                    self._deliverable(src, q, ev)
 
     # -- the source's link ---------------------------------------------------------------------------------
     def link_opened(self, name: str, remote_id: str | None) -> None:
@@ -311,6 +334,10 @@ class MirrorPart:
         gone = [m for m in q.ready() if event_origin(m.payload) == remote_id]
         for m in gone:
             q.take_ready(m)
+        keep = [(rid, m) for rid, m in src.waiting if event_origin(m.payload) != remote_id]
+        if len(keep) != len(src.waiting):
+            gone += [m for _rid, m in src.waiting if event_origin(m.payload) == remote_id]
+            src.waiting = collections.deque(keep)
         if gone:
             self.broker.storage.acknowledge(gone)
             log.info("mirror %s: %d events that came from %s are not sent back", name, len(gone), remote_id)
@@ -430,7 +457,8 @@ class MirrorPart:
             rows.append({
                 "name": src.name, "remote": src.conn.uri, "state": ctl.status if ctl is not None else "stopped",
                 "snfQueue": src.snf, "target": src.target_address, "durable": src.durable,
-                "queuedEvents": (q.message_count if q is not None else 0) + broker.storage.paged_stats(src.snf)[0],
+                "queuedEvents": (q.message_count if q is not None else 0) + broker.storage.paged_stats(src.snf)[0]
+                + len(src.waiting),
                 "oldestEventAgeMs": max(0, now - oldest) if oldest else 0,
                 "eventsSent": src.sent + (q.messages_acknowledged if q is not None else 0), "messageEvents": src.message_events, "ackEvents": src.ack_events,
                 "queueEvents": src.queue_events, "remoteBrokerId": src.remote_id or "", "lastError": src.last_error})

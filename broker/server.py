@@ -179,6 +179,9 @@ class Broker(ConnectionHandler):
         held = self.storage.take_durable(record_id)
         if held:
             self.delivery.accept_durable(held)
+        if self.delivery.mirror is not None:
+            self.delivery.mirror.durable_up_to(record_id)
+            self.on_batch_end()  # hand the events now on disk to the mirror link
 
     def messages_arriving(self) -> int:
         """Multi-frame messages wire still assembles for this broker's connections."""

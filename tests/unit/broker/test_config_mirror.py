@@ -51,11 +51,18 @@ def test_a_bare_mirror_has_every_default_and_no_warning():
 def test_attributes_are_read():
     mirror = mirror_of(parse('<mirror message-acknowledgements="false" queue-creation="false" '
                              'queue-removal="false" durable="false" sync="false" '
-                             'source-mirror-address="dr.events" address-filter="orders, !orders.tmp">'
-                             '<property key="k" value="v"/></mirror>'))
+                             'source-mirror-address="dr.events" address-filter="orders, !orders.tmp"/>'))
     assert mirror.attrs == {"message-acknowledgements": False, "queue-creation": False, "queue-removal": False,
                             "durable": False, "sync": False, "source-mirror-address": "dr.events",
-                            "address-filter": "orders, !orders.tmp", "properties": {"k": "v"}}
+                            "address-filter": "orders, !orders.tmp", "properties": {}}
+
+
+def test_a_mirror_property_is_refused_at_its_line():
+    text = '<mirror>\n<property key="k" value="v"/>\n</mirror>'
+    with pytest.raises(BrokerConfigError) as info:
+        parse(text)
+    assert "<property> in <mirror> is not supported" in str(info.value)
+    assert ":" in str(info.value).split(" ", 1)[0]
 
 
 def test_a_mirror_shares_its_connection_with_senders():

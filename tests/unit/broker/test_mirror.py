@@ -266,3 +266,18 @@ def test_no_backfill_of_messages_stored_before_the_mirror_was_configured(tmp_pat
     assert bodies(b, "orders") == [] and b.mirror.mgmt_targets()[0]["acksUnmatched"] == 2
     a.close_journal()
     b.close_journal()
+
+
+def test_an_event_goes_to_the_replica_only_once_its_record_is_on_disk(pair):
+    """Were it sent before, a crash of the source could leave the replica with a message the source lost
+    (and a restarted source reuses the lost record ids)."""
+    a, b, link = pair
+    peer, pipe = produce(a, "orders", 3)
+    for _ in range(5):
+        pump(pipe, link)
+        b.on_batch_end()
+        a.on_batch_end()
+    assert "orders" not in b.queues or bodies(b, "orders") == []
+    assert a.mirror.mgmt_sources()[0]["queuedEvents"] == 3
+    settle_all([link, pipe], a, b)
+    assert bodies(b, "orders") == ["m0", "m1", "m2"]

@@ -29,7 +29,7 @@ SOURCE_ROW = {"name": "dr", "remote": "tcp://10.0.0.2:61616", "state": "connecte
               "ackEvents": 3000, "queueEvents": 12, "remoteBrokerId": "replica-7f3a", "lastError": ""}
 TARGET_ROW = {"sourceId": "source-19c2", "sourceName": "site-a", "address": "$ACTIVEMQ_ARTEMIS_MIRROR_dr",
               "connected": True, "messagesApplied": 6000, "acksApplied": 2990, "queueEventsApplied": 4,
-              "duplicatesSkipped": 3, "acksUnmatched": 0, "lastEventAgeMs": 15}
+              "duplicatesSkipped": 3, "acksUnmatched": 0, "loopsSkipped": 0, "lastEventAgeMs": 15}
 
 
 class FakeMirror:
