@@ -91,8 +91,12 @@ class MirrorSource:
         self.part = part
         self.conn = conn
         self.name = conn.name
-        self.snf = SNF_PREFIX + conn.name
-        self.target_address = attrs.get("source-mirror-address") or self.snf
+        # Artemis: with source-mirror-address the events wait in a durable anycast queue of that name, which
+        # is also the address the link targets. Without it Artemis uses a temporary queue; tdbroker uses
+        # $ACTIVEMQ_ARTEMIS_MIRROR_<name>, durable as ``durable`` says (default true), so that a source
+        # restart loses no captured event by default (docs/mirror.md).
+        self.snf = attrs.get("source-mirror-address") or SNF_PREFIX + conn.name
+        self.target_address = self.snf
         broker = part.broker
         self.durable = bool(attrs.get("durable", True)) and broker.cfg.persistence_enabled
         self.acks = bool(attrs.get("message-acknowledgements", True))

@@ -281,3 +281,19 @@ def test_an_event_goes_to_the_replica_only_once_its_record_is_on_disk(pair):
     assert a.mirror.mgmt_sources()[0]["queuedEvents"] == 3
     settle_all([link, pipe], a, b)
     assert bodies(b, "orders") == ["m0", "m1", "m2"]
+
+
+def test_source_mirror_address_names_the_durable_store_and_forward_queue_and_the_target(tmp_path):
+    a = broker(tmp_path, "a7", mirror="m", attrs='source-mirror-address="dr.events"')
+    b = broker(tmp_path, "b7")
+    assert SNF_PREFIX + "m" not in a.queues and a.queue_info["dr.events"].durable
+    peer, pipe = produce(a, "orders", 2)
+    settle_all([pipe], a)
+    a.close_journal()
+    a = broker(tmp_path, "a7", mirror="m", attrs='source-mirror-address="dr.events"')
+    assert a.queues["dr.events"].message_count == 2          # kept across the restart
+    link = connect(a, "m", b)
+    settle_all([link], a, b)
+    assert bodies(b, "orders") == ["m0", "m1"] and b.mirror.mgmt_targets()[0]["address"] == "dr.events"
+    a.close_journal()
+    b.close_journal()
