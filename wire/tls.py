@@ -414,6 +414,9 @@ def artemis_tls(params: dict[str, str], *, default_verify_host: bool = True) -> 
         if kind is not None and kind.upper() != "PEM":
             raise TlsConfigError(name, f"{kind!r}: only PEM stores are supported (convert a PKCS12 store with "
                                  "`openssl pkcs12 -in STORE -out STORE.pem`)")
+    if "keyStorePassword" in params and "keyStorePath" not in params:
+        raise TlsConfigError("keyStorePassword", "given without keyStorePath: there is no key store it could "
+                             "unlock, so it would be ignored")
     protocols = params.get("enabledProtocols")
     profile = TlsProfile(name="artemis-uri", cert_file=params.get("keyStorePath"),
                          private_key_file=None, ca_cert_file=params.get("trustStorePath"),

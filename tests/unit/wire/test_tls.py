@@ -216,6 +216,8 @@ def test_artemis_without_ssl_enabled():
 
 
 @pytest.mark.parametrize("params,message", [
+    ({"sslEnabled": "true", "keyStorePassword": "pw", "trustStorePath": "/ca.pem"},
+     "keyStorePassword: given without keyStorePath"),
     ({"sslEnabled": "true", "keyStoreType": "JKS"}, "keyStoreType: 'JKS': only PEM stores are supported"),
     ({"sslEnabled": "true", "trustStoreType": "PKCS12"}, "trustStoreType: 'PKCS12': only PEM"),
     ({"sslEnabled": "true", "trustStorePassword": "x"}, "trustStorePassword: not supported by tdbroker"),
