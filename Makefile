@@ -1,14 +1,18 @@
 # trio-dispatch developer entry points.
 #
 #   make run     start tdrouterd (conf/router.conf) with tdbroker (conf/broker.xml) attached
-#   make test    run the whole test suite (unit + system + rhea interop)
+#   make test    run the whole test suite (unit + system + rhea interop + Spark)
 #   make bench   run tdbench with its defaults
 #   make clean   remove the virtualenv, node_modules and caches
 #
 # Everything bootstraps itself on a fresh clone: .venv is created with
-# `python3 -m venv` and the project installed editable with its test extra;
+# `python3 -m venv` and the project installed editable -- `make run` and `make bench`
+# with the run-time dependencies only (seconds), `make test` with the test extra
+# (pytest, and the flow extra: pyspark, numpy, pyarrow, matplotlib -- hundreds of MB);
 # the rhea clients are installed with `npm ci` from the committed lockfile.
-# Stamp files make both steps re-run only when their inputs change.
+# Stamp files make each step re-run only when its inputs change.
+# Prerequisites are in README.md ("Set-up"): Python >= 3.11; for `make test` also
+# Node.js with npm, Java 17 (Spark) and RabbitMQ (`.ci/install-rabbitmq`).
 
 PYTHON      ?= python3
 NPM         ?= npm
@@ -20,7 +24,12 @@ TEST_WORKERS ?= 2
 XDIST_ARGS  := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 VENV        := .venv
-VENV_STAMP  := $(VENV)/.installed
+# The installed test extra includes everything `make run` needs, so TEST_STAMP also makes RUN_STAMP.
+RUN_STAMP   := $(VENV)/.installed-run
+TEST_STAMP  := $(VENV)/.installed-test
+# What `make run` starts (override to try another configuration: make run ROUTER_CONF=conf/secure/router.conf).
+ROUTER_CONF ?= conf/router.conf
+BROKER_CONF ?= conf/broker.xml
 RHEA_DIR    := tests/clients/rhea
 RHEA_STAMP  := $(RHEA_DIR)/node_modules/.installed
 
@@ -28,31 +37,44 @@ RHEA_STAMP  := $(RHEA_DIR)/node_modules/.installed
 
 all: test
 
-venv: $(VENV_STAMP)
+venv: $(TEST_STAMP)
 
 rhea: $(RHEA_STAMP)
 
 # (Re)install when the venv is missing or pyproject.toml changed.
-$(VENV_STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet -e .
+	@touch $@
+
+$(TEST_STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --disable-pip-version-check --quiet -e '.[test]'
-	@touch $@
+	@touch $@ $(RUN_STAMP)
 
 # npm ci wipes node_modules first, so the stamp lives inside it.
 $(RHEA_STAMP): $(RHEA_DIR)/package.json $(RHEA_DIR)/package-lock.json
 	cd $(RHEA_DIR) && $(NPM) ci --no-audit --no-fund
 	@touch $@
 
-# The broker attaches to the router as a peer for 'queue' (it retries until the router listens);
-# Ctrl-C reaches both through the terminal's process group, and the trap covers other exits.
-run: $(VENV_STAMP)
-	@echo "make run: tdrouterd (conf/router.conf, port 5672) with tdbroker (conf/broker.xml, port 5673) attached"
-	@$(VENV)/bin/tdbroker -c conf/broker.xml & broker=$$!; \
-	trap 'kill $$broker 2>/dev/null; wait $$broker' EXIT INT TERM; \
-	$(VENV)/bin/tdrouterd -c conf/router.conf
+# The broker attaches to the router as a peer for 'queue' (it retries until the router listens).
+# Ctrl-C reaches both through the terminal's process group. When either daemon exits (a start-up failure
+# is one FILE:LINE line on stderr, exit status 1 or 2), the other is stopped and make exits with that
+# status. (POSIX sh has no `wait -n`: the loop polls both every half second.)
+run: $(RUN_STAMP)
+	@echo "make run: tdrouterd ($(ROUTER_CONF)) with tdbroker ($(BROKER_CONF)) attached"
+	@$(VENV)/bin/tdbroker -c $(BROKER_CONF) & broker=$$!; \
+	$(VENV)/bin/tdrouterd -c $(ROUTER_CONF) & router=$$!; \
+	trap 'kill $$broker $$router 2>/dev/null' INT TERM; \
+	while kill -0 $$broker 2>/dev/null && kill -0 $$router 2>/dev/null; do sleep 0.5; done; \
+	if kill -0 $$broker 2>/dev/null; then first=tdrouterd; other=$$broker; wait $$router; \
+	else first=tdbroker; other=$$router; wait $$broker; fi; status=$$?; \
+	kill $$other 2>/dev/null; wait $$other; \
+	if [ $$status -ne 0 ]; then echo "make run: $$first exited with status $$status; stopped the other" >&2; fi; \
+	exit $$status
 
 # pytest exits 5 when it ran no tests; that must fail the build, not pass it.
-test: $(VENV_STAMP) $(RHEA_STAMP)
+test: $(TEST_STAMP) $(RHEA_STAMP)
 	@status=0; \
 	$(VENV)/bin/python -m pytest $(XDIST_ARGS) $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then \
@@ -61,7 +83,7 @@ test: $(VENV_STAMP) $(RHEA_STAMP)
 	fi; \
 	exit $$status
 
-bench: $(VENV_STAMP)
+bench: $(RUN_STAMP)
 	$(VENV)/bin/tdbench
 
 clean:

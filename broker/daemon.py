@@ -2,14 +2,19 @@
 
 Start-up contract: one stdout line per bound acceptor address, ``tdbroker: listening on HOST:PORT
 (acceptor NAME)`` (``tdbroker: acceptor NAME not started (autoStart=false)`` for one that waits for the
-management operation startAcceptor), then ``tdbroker: ready``. A bad configuration exits with status 2
-and ``FILE:LINE: message`` on stderr. SIGINT/SIGTERM close every connection with a close frame, sync the journal and exit 0.
+management operation startAcceptor), then ``tdbroker: ready``. SIGINT/SIGTERM close every connection with a
+close frame, sync the journal and exit 0. A failure before ready is one ``FILE:LINE: message`` line on stderr,
+never a traceback, and the exit status says which kind it was (docs/broker-configuration.md, "Running
+tdbroker"): EXIT_CONFIG_REFUSED (2) for a broker.xml refused as written (including the files it names:
+key and trust stores, users files), EXIT_STARTUP_FAILED (1) for one the operating system would not carry
+out (an acceptor's port in use, a journal or paging directory that cannot be created or written).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import signal
 import sys
 
@@ -25,13 +30,49 @@ from broker.netruntime import NetworkConnectorTask
 from broker.runtime import BridgeTask, BrokerRuntime
 from broker.security import ACCEPTOR_MECHANISMS
 from broker.server import Broker
+from broker.xmlschema import load_tree, split_tag
 from wire.driver import shut_down_on_signal
+from wire.errors import LocatedError
 from wire.logformat import OneLineFormatter
 
 log = logging.getLogger("broker.daemon")
 
 SHUTDOWN_GRACE_SECONDS = 3.0
 DEFAULT_CONFIG = "broker.xml"
+# Exit statuses (see the module docstring); a clean shutdown exits 0.
+EXIT_STARTUP_FAILED = 1
+EXIT_CONFIG_REFUSED = 2
+
+
+def element_line(cfg: BrokerConfig, name: str) -> int:
+    """The line of broker.xml's first ``<name>`` element, else of ``<core>`` (an element left at its
+    default): where a start-up failure points. Read again only on that path; the parse is the one
+    broker.config uses."""
+    try:
+        with open(cfg.path, "rb") as f:
+            root = load_tree(f.read(), cfg.path)
+    except (OSError, LocatedError):
+        return 0
+    core = 0
+    for elem in root.iter():
+        if isinstance(elem.tag, str):
+            tag = split_tag(elem.tag)[1]
+            if tag == name:
+                return elem.line
+            if tag == "core" and not core:
+                core = elem.line
+    return core
+
+
+def storage_failure(cfg: BrokerConfig, exc: OSError) -> LocatedError:
+    """A journal, bindings or page file the OS refused, at the directory element it lives under."""
+    culprit = exc.filename or cfg.journal_directory
+    paging = os.path.abspath(cfg.paging_path)
+    under_paging = os.path.commonpath([os.path.abspath(culprit), paging]) == paging
+    element, directory = (("paging-directory", cfg.paging_path) if under_paging
+                          else ("journal-directory", cfg.journal_directory))
+    what = directory if os.path.abspath(culprit) == os.path.abspath(directory) else f"{directory}: {culprit}"
+    return LocatedError(cfg.path, element_line(cfg, element), f"<{element}> {what}: {exc.strerror or exc}")
 
 
 def attach_management(broker: Broker) -> None:
@@ -49,11 +90,12 @@ def make_recorder(broker: Broker, cfg: BrokerConfig):
     fr = cfg.flow_records
     if fr is None:
         return None
+    from wire.flowrecords import FlowRecorder
+
     try:
-        from wire.flowrecords import FlowRecorder
-    except ImportError as exc:
-        raise SystemExit(f"{cfg.path}:{fr.line}: <flow-records> needs wire.flowrecords: {exc}")
-    return FlowRecorder(fr.directory, broker.name, sample=fr.sample, rotate_mb=fr.rotate_mb)
+        return FlowRecorder(fr.directory, broker.name, sample=fr.sample, rotate_mb=fr.rotate_mb)
+    except OSError as exc:
+        raise LocatedError(cfg.path, fr.line, f"<flow-records> {fr.directory}: {exc.strerror or exc}") from None
 
 
 def _final_bindings(broker: Broker) -> None:
@@ -76,8 +118,15 @@ def acceptor_security(cfg: BrokerConfig) -> dict:
 
 
 async def run_broker(cfg: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    broker = Broker(cfg)
-    broker.open_journal()
+    try:
+        if cfg.persistence_enabled:
+            # Made here, before the broker's parts look into it, so that an unusable directory is this one
+            # line rather than their warnings first (the journal would make it too).
+            os.makedirs(cfg.journal_directory, exist_ok=True)
+        broker = Broker(cfg)
+        broker.open_journal()
+    except OSError as exc:
+        raise storage_failure(cfg, exc) from None
     attach_management(broker)
     broker.recorder = make_recorder(broker, cfg)
     try:
@@ -92,7 +141,7 @@ async def run_broker(cfg: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED)
 
 async def _start_acceptors(broker: Broker, cfg: BrokerConfig, nursery: trio.Nursery) -> None:
     """One AcceptorControl per <acceptor> in ``broker.acceptors``, each listening unless autoStart=false;
-    a port that cannot be bound at start-up ends the broker with FILE:LINE."""
+    a port that cannot be bound at start-up raises a LocatedError at the acceptor."""
     if not hasattr(broker, "acceptors"):
         broker.acceptors = {}   # management (broker/management.py) reads them there
 
@@ -107,8 +156,8 @@ async def _start_acceptors(broker: Broker, cfg: BrokerConfig, nursery: trio.Nurs
         try:
             await nursery.start(ctl.run)
         except OSError as exc:
-            raise SystemExit(f"{cfg.path}:{acc.line}: acceptor {acc.name}: cannot listen on "
-                             f"{acc.host}:{acc.port}: {exc}")
+            raise LocatedError(cfg.path, acc.line, f"acceptor {acc.name}: cannot listen on {acc.host}:{acc.port}: "
+                                                   f"{exc.strerror or exc}") from None
         if not ctl.started:
             print(f"tdbroker: acceptor {acc.name} not started (autoStart=false)", flush=True)
         for h, p in ctl.bound:
@@ -117,26 +166,39 @@ async def _start_acceptors(broker: Broker, cfg: BrokerConfig, nursery: trio.Nurs
 
 
 async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> None:
+    # A start-up failure leaves the nursery cancelled and is raised after it, so that it reaches run()
+    # as itself, not wrapped in the nursery's exception group.
+    failure: LocatedError | None = None
     async with trio.open_nursery() as nursery:
-        await nursery.start(BrokerRuntime(broker).run)
-        if broker.recorder is not None:
-            nursery.start_soon(broker.recorder.run)
-        await _start_acceptors(broker, cfg, nursery)
-        for ctl in broker.bridges.values():
-            nursery.start_soon(BridgeTask(ctl).run)  # auto-start="false" ones wait for start_broker_connection
-        # Network connectors: one after another (ActiveMQ's default), each given its first attempt, unless
-        # networkConnectorStartAsync.
-        await nursery.start(run_federation, broker)  # also for the upstreams a downstream's command makes
-        serial = not cfg.network_connector_start_async
-        for connector in cfg.network_connectors:
-            await nursery.start(functools.partial(NetworkConnectorTask(broker.network, connector).run,
-                                                  serial=serial))
-        print("tdbroker: ready", flush=True)
-        task_status.started(broker)
-        await shut_down_on_signal(signals, broker.close_all, lambda: bool(broker.connections),
-                                  SHUTDOWN_GRACE_SECONDS)
-        # Acknowledgements of the last moments ride one final sync (Journal.close syncs the buffer).
-        nursery.cancel_scope.cancel()
+        try:
+            await nursery.start(BrokerRuntime(broker).run)
+            if broker.recorder is not None:
+                nursery.start_soon(broker.recorder.run)
+            await _start_acceptors(broker, cfg, nursery)
+        except LocatedError as exc:
+            failure = exc
+            nursery.cancel_scope.cancel()
+        except OSError as exc:   # the journal's committer or the pager could not start
+            failure = storage_failure(cfg, exc)
+            nursery.cancel_scope.cancel()
+        else:
+            for ctl in broker.bridges.values():
+                nursery.start_soon(BridgeTask(ctl).run)  # auto-start="false" ones wait for start_broker_connection
+            # Network connectors: one after another (ActiveMQ's default), each given its first attempt, unless
+            # networkConnectorStartAsync.
+            await nursery.start(run_federation, broker)  # also for the upstreams a downstream's command makes
+            serial = not cfg.network_connector_start_async
+            for connector in cfg.network_connectors:
+                await nursery.start(functools.partial(NetworkConnectorTask(broker.network, connector).run,
+                                                      serial=serial))
+            print("tdbroker: ready", flush=True)
+            task_status.started(broker)
+            await shut_down_on_signal(signals, broker.close_all, lambda: bool(broker.connections),
+                                      SHUTDOWN_GRACE_SECONDS)
+            # Acknowledgements of the last moments ride one final sync (Journal.close syncs the buffer).
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
@@ -159,10 +221,10 @@ def run(config_path: str, verbose: bool) -> None:
         cfg = load_broker_config(config_path)
     except BrokerConfigError as exc:
         click.echo(str(exc), err=True)
-        sys.exit(2)
+        sys.exit(EXIT_CONFIG_REFUSED)
     except OSError as exc:
         click.echo(f"{config_path}: {exc.strerror or exc}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_CONFIG_REFUSED)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
@@ -184,6 +246,9 @@ def run(config_path: str, verbose: bool) -> None:
                      conn.name, conn.user, store_path(cfg.path))
     try:
         trio.run(run_broker, cfg)
+    except LocatedError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_STARTUP_FAILED)
     except KeyboardInterrupt:
         pass
     sys.exit(0)

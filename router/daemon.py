@@ -2,8 +2,12 @@
 
 Start-up contract (system tests and operators rely on it): one stdout line per bound listener,
 ``tdrouterd: listening on HOST:PORT (listener NAME, role ROLE)``, then
-``tdrouterd: ready (router id ID)``. A bad configuration exits with status 2 and ``FILE:LINE: message``
-on stderr. Shutdown closes every connection with a close frame before exiting 0.
+``tdrouterd: ready (router id ID)``. Shutdown closes every connection with a close frame before exiting 0.
+A failure before ready is one ``FILE:LINE: message`` line on stderr, never a traceback, and the exit status
+says which kind it was (docs/configuration.md, "Running tdrouterd"): EXIT_CONFIG_REFUSED (2) for a
+configuration refused as written (including files it names that cannot be used: certificates, keys, the
+log outputFile), EXIT_STARTUP_FAILED (1) for one the operating system would not carry out (a listener's
+port in use or not permitted, a host that does not resolve).
 
 Listeners and connectors run as services (router/services.py) that management can add and remove while
 the router runs; the management agent (router/management/) is the router's ``$management`` endpoint.
@@ -39,6 +43,9 @@ log = logging.getLogger("router.daemon")
 # How long shutdown waits for peers to answer our close frames.
 SHUTDOWN_GRACE_SECONDS = 3.0
 DEFAULT_CONFIG = "conf/router.conf"
+# Exit statuses (see the module docstring); a clean shutdown exits 0.
+EXIT_STARTUP_FAILED = 1
+EXIT_CONFIG_REFUSED = 2
 
 
 def _settings(router: Router, entity, *, server: bool, security: RouterSecurity | None = None):
@@ -194,31 +201,47 @@ def attach_agent(router: Router, agent: ManagementAgent) -> None:
     router.add_local_endpoint(MANAGEMENT_ADDRESS, on_request)
 
 
+def _start_listeners(services: ServiceManager, cfg: RouterConfig) -> None:
+    """Bind every configured listener; a socket the OS refuses is a LocatedError at the listener's section."""
+    for entity in cfg.listeners:
+        try:
+            services.add("listener", entity)
+        except OSError as exc:
+            named = f" {entity['name']}" if "name" in entity.attr_lines else ""   # else FILE:LINE names it
+            raise LocatedError(entity.path, entity.line, f"listener{named}: cannot listen on "
+                                                         f"{entity.get('host') or '*'}:{entity['port']}: "
+                                                         f"{exc.strerror or exc}") from None
+
+
 async def _serve(router: Router, cfg: RouterConfig, security: RouterSecurity, signals, task_status) -> None:
     def settings_for(router_, entity, *, server: bool):
         return _settings(router_, entity, server=server, security=security)
 
+    # A start-up failure leaves the nursery cancelled and is raised after it, so that it reaches main()
+    # as itself, not wrapped in the nursery's exception group.
+    failure: LocatedError | None = None
     async with trio.open_nursery() as nursery:
         services = ServiceManager(router, nursery, settings_for, connection_limit=connection_limit(cfg))
-        for entity in cfg.listeners:
-            host = entity.get("host") or ""
-            port = int(entity["port"])
-            try:
-                services.add("listener", entity)
-            except OSError as exc:
-                raise SystemExit(f"{entity.path}:{entity.line}: listener: cannot listen on {host}:{port}: {exc}")
-        for entity in cfg.connectors:
-            services.add("connector", entity)
-        agent = ManagementAgent(router, config=cfg, services=services, clock=trio.current_time)
-        attach_agent(router, agent)
-        nursery.start_soon(_ticker, router)
-        if router.flow is not None:
-            nursery.start_soon(router.flow.run)
-        print(f"tdrouterd: ready (router id {router.id})", flush=True)
-        task_status.started(router)
-        await shut_down_on_signal(signals, router.close_all, lambda: bool(router.connections),
-                                  SHUTDOWN_GRACE_SECONDS)
-        nursery.cancel_scope.cancel()
+        try:
+            _start_listeners(services, cfg)
+        except LocatedError as exc:
+            failure = exc
+            nursery.cancel_scope.cancel()
+        else:
+            for entity in cfg.connectors:
+                services.add("connector", entity)
+            agent = ManagementAgent(router, config=cfg, services=services, clock=trio.current_time)
+            attach_agent(router, agent)
+            nursery.start_soon(_ticker, router)
+            if router.flow is not None:
+                nursery.start_soon(router.flow.run)
+            print(f"tdrouterd: ready (router id {router.id})", flush=True)
+            task_status.started(router)
+            await shut_down_on_signal(signals, router.close_all, lambda: bool(router.connections),
+                                      SHUTDOWN_GRACE_SECONDS)
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -231,26 +254,19 @@ def main(config_path: str) -> None:
         security = check_config(cfg)
         policy = policy_from_config(cfg)
         check_listener_vhosts(cfg, policy)
-    except ConfigError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(2)
-    try:
         configure_logging(cfg.logs)
-    except LocatedError as exc:
+    except LocatedError as exc:   # ConfigError is one
         click.echo(str(exc), err=True)
-        sys.exit(2)
+        sys.exit(EXIT_CONFIG_REFUSED)
     warn_pending_features(cfg)
     try:
         trio.run(run_router, cfg, security, policy)
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            click.echo(exc.code, err=True)
-            sys.exit(1)
-        raise
+    except LocatedError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_STARTUP_FAILED)
     except KeyboardInterrupt:
         pass
     sys.exit(0)
-
 
 if __name__ == "__main__":
     main()
