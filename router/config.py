@@ -18,6 +18,7 @@ same checks to a single entity (for management CREATE).
 from __future__ import annotations
 
 import difflib
+import os
 import secrets
 import string
 from dataclasses import dataclass, field
@@ -209,6 +210,24 @@ def _rules_connection(ent: Entity, label: str) -> None:
                    f"retryDelaySeconds {ent['retryDelaySeconds']}")
     if ent["name"] is None:
         ent.attrs["name"] = f"{ent.type}/{ent['host']}:{ent['port']}"
+    if ent.type == "listener" and ent["http"]:
+        _rules_http_listener(ent, label)
+
+
+def _rules_http_listener(ent: Entity, label: str) -> None:
+    """``http: yes`` (router/httpserve.py): what an HTTP listener cannot do is refused, not ignored."""
+    if ent.path == "<management>":
+        raise _err(ent, "http", f"{label}: an HTTP listener cannot be created through management in tdrouterd: "
+                   "configure it in the file (it is started with the router)")
+    if ent["sslProfile"] is not None:
+        raise _err(ent, "sslProfile", f"{label}: TLS on an HTTP listener is not implemented yet: remove sslProfile "
+                   "and listen on 127.0.0.1, or put a TLS proxy in front of it")
+    if (ent["role"] or "normal") != "normal":
+        raise _err(ent, "role", f"{label}: an HTTP listener serves the console and metrics; role "
+                   f"{ent['role']} needs an AMQP listener (remove http or role)")
+    root = ent["httpRootDir"]
+    if root is not None and not os.path.isdir(root):
+        raise _err(ent, "httpRootDir", f"{label}: httpRootDir {root!r} is not a directory")
 
 
 def _rules_address(ent: Entity, label: str) -> None:

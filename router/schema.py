@@ -371,11 +371,13 @@ _LISTENER = _entity("listener", "listener", [
     Attr("multiTenant", "boolean", False, status=REFUSED, doc="Prefix addresses with the vhost."),
     Attr("failoverUrls", "string", legacy=("failoverList",), status=PENDING,
          doc="Comma separated failover URLs sent to clients in OPEN."),
-    Attr("http", "boolean", False, status=PENDING, doc="Accept HTTP/WebSocket instead of AMQP."),
-    Attr("websockets", "boolean", True, status=PENDING, doc="Allow WebSocket upgrade (http only)."),
-    Attr("healthz", "boolean", True, status=PENDING, doc="Serve /healthz (http only)."),
-    Attr("metrics", "boolean", True, status=PENDING, doc="Serve /metrics (http only)."),
-    Attr("httpRootDir", "path", legacy=("httpRoot",), status=PENDING, doc="Static files (http only)."),
+    Attr("http", "boolean", False, doc="Serve HTTP instead of AMQP on this port: the web console, /metrics, "
+         "/healthz and management as JSON (docs/console.md)."),
+    Attr("websockets", "boolean", True, doc="Allow the WebSocket management endpoint /api/ws (http only)."),
+    Attr("healthz", "boolean", True, doc="Serve /healthz (http only)."),
+    Attr("metrics", "boolean", True, doc="Serve /metrics (http only)."),
+    Attr("httpRootDir", "path", legacy=("httpRoot",),
+         doc="Directory the console's files are served from (http only); default: the console in the package."),
 ], doc="Accept incoming AMQP connections.")
 
 _CONNECTOR = _entity("connector", "connector", [
