@@ -15,6 +15,7 @@ the router runs; the management agent (router/management/) is the router's ``$ma
 
 from __future__ import annotations
 
+import difflib
 import logging
 import signal
 import sys
@@ -22,7 +23,7 @@ import sys
 import click
 import trio
 
-from router import schema
+from router import httpserve, schema
 from router.config import ConfigError, RouterConfig, load_config
 from router.budget import (DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTION_BUFFERED_BYTES,
                            DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS, BufferBudget)
@@ -119,9 +120,22 @@ async def _ticker(router: Router) -> None:
                 log.exception("router tick failed; carrying on")
 
 
+def check_reachable(cfg: RouterConfig) -> None:
+    """A router with neither a listener nor a connector could never carry a message (nothing connects to
+    it, not even management to add a listener): refused, saying what to add."""
+    if cfg.listeners or cfg.connectors:
+        return
+    raise ConfigError(cfg.path, cfg.router.line or 1,
+                      "no listener and no connector: nothing could connect to this router, nor it to anything; "
+                      "add a listener section (one attribute per line): listener { host: 127.0.0.1 / "
+                      "port: amqp / saslMechanisms: ANONYMOUS / authenticatePeer: no } -- see conf/router.conf")
+
+
 def warn_pending_features(cfg: RouterConfig) -> None:
-    """Say at start-up which configured features this release accepts but does not act on yet, so an
-    operator is not left guessing why a link route or an inter-router listener does nothing."""
+    """Say at start-up what the configuration asks for that will not act as written, so an operator is
+    not left guessing why a link route or an auto-link does nothing: a role treated as normal, an
+    auto-link with nothing to attach on, a ``connection`` that no listener or connector of this file is
+    named (it acts once management creates one of that name)."""
     for entity in (*cfg.listeners, *cfg.connectors):
         role = entity.get("role") or "normal"
         if role not in ("normal", "inter-router", "route-container", "edge"):
@@ -131,6 +145,18 @@ def warn_pending_features(cfg: RouterConfig) -> None:
         if entity.get("connection") is None and entity.get("containerId") is None:
             log.warning("%s:%d: autoLink %s names neither connection nor containerId: it never attaches",
                         entity.path, entity.line, entity.get("name"))
+    names = [e["name"] for e in (*cfg.connectors, *cfg.listeners) if e.get("name")]
+    for entity in (*cfg.link_routes, *cfg.auto_links):
+        wanted = entity.get("connection")
+        if wanted is None or wanted in names:
+            continue
+        close = difflib.get_close_matches(wanted, names, n=1, cutoff=0.6)
+        hint = (f"did you mean '{close[0]}'?" if close
+                else f"name one of: {', '.join(names)}" if names else "no connector or listener is named")
+        log.warning("%s:%d: %s %s: connection '%s' is not the name of any connector or listener here (%s); "
+                    "it acts only once management creates a connector or listener of that name",
+                    entity.path, entity.attr_lines.get("connection", entity.line), entity.type,
+                    entity.get("name"), wanted, hint)
 
 
 def connection_limit(cfg: RouterConfig) -> ConnectionLimit:
@@ -204,6 +230,8 @@ def attach_agent(router: Router, agent: ManagementAgent) -> None:
 def _start_listeners(services: ServiceManager, cfg: RouterConfig) -> None:
     """Bind every configured listener; a socket the OS refuses is a LocatedError at the listener's section."""
     for entity in cfg.listeners:
+        if entity.get("http"):
+            continue   # an HTTP listener: _bind_http_listeners
         try:
             services.add("listener", entity)
         except OSError as exc:
@@ -211,6 +239,19 @@ def _start_listeners(services: ServiceManager, cfg: RouterConfig) -> None:
             raise LocatedError(entity.path, entity.line, f"listener{named}: cannot listen on "
                                                          f"{entity.get('host') or '*'}:{entity['port']}: "
                                                          f"{exc.strerror or exc}") from None
+
+
+def _bind_http_listeners(cfg: RouterConfig) -> list:
+    """Bind the ``http: yes`` listeners (router/httpserve.py): [(entity, trio listeners)]; a socket the OS
+    refuses is a LocatedError at the listener's section, as for AMQP listeners."""
+    bound = []
+    for entity in httpserve.http_listener_entities(cfg):
+        try:
+            bound.append((entity, httpserve.bind_http_listener(entity)))
+        except OSError as exc:
+            raise LocatedError(entity.path, entity.line, f"listener {entity['name']}: cannot listen on "
+                               f"{entity.get('host') or '*'}:{entity['port']}: {exc.strerror or exc}") from None
+    return bound
 
 
 async def _serve(router: Router, cfg: RouterConfig, security: RouterSecurity, signals, task_status) -> None:
@@ -224,6 +265,7 @@ async def _serve(router: Router, cfg: RouterConfig, security: RouterSecurity, si
         services = ServiceManager(router, nursery, settings_for, connection_limit=connection_limit(cfg))
         try:
             _start_listeners(services, cfg)
+            http_listeners = _bind_http_listeners(cfg)
         except LocatedError as exc:
             failure = exc
             nursery.cancel_scope.cancel()
@@ -232,6 +274,9 @@ async def _serve(router: Router, cfg: RouterConfig, security: RouterSecurity, si
                 services.add("connector", entity)
             agent = ManagementAgent(router, config=cfg, services=services, clock=trio.current_time)
             attach_agent(router, agent)
+            for entity, listeners in http_listeners:
+                httpserve.serve_http_listener(nursery, listeners, router, agent, entity, security=security,
+                                              services=services, config=cfg)
             nursery.start_soon(_ticker, router)
             if router.flow is not None:
                 nursery.start_soon(router.flow.run)
@@ -252,6 +297,7 @@ def main(config_path: str) -> None:
     try:
         cfg = load_config(config_path)
         security = check_config(cfg)
+        check_reachable(cfg)
         policy = policy_from_config(cfg)
         check_listener_vhosts(cfg, policy)
         configure_logging(cfg.logs)

@@ -289,19 +289,21 @@ def console_root(entity) -> Path | None:
     return Path(root) if root else None
 
 
-def start_http_listener(nursery: trio.Nursery, router, agent, entity, *, security=None, services=None,
-                        config=None, announce=print) -> list:
-    """Bind the listener now (OSError: the port is taken) and serve it in ``nursery``; returns the bound
-    (host, port) pairs."""
+def bind_http_listener(entity, announce=print) -> list:
+    """Bind one ``http: yes`` listener now (OSError: the port is taken) and announce it as every listener
+    is announced, with ``role http``; returns the trio listeners for :func:`serve_http_listener`."""
     listeners = bind_tcp_listeners(entity.get("host") or "", int(entity["port"]))
-    bound = []
     for lst in listeners:
         h, p = lst.socket.getsockname()[:2]
-        bound.append((h, p))
-        announce(f"tdrouterd: listening on {h}:{p} (listener {entity.get('name') or '-'}, http)", flush=True)
+        announce(f"tdrouterd: listening on {h}:{p} (listener {entity.get('name') or '-'}, role http)", flush=True)
+    return listeners
+
+
+def serve_http_listener(nursery: trio.Nursery, listeners: list, router, agent, entity, *, security=None,
+                        services=None, config=None) -> None:
+    """Serve a bound HTTP listener in ``nursery`` with the router's agent behind it."""
     site = RouterSite(router, agent, entity, users=security.users if security is not None else None,
                       services=services, config=config, relay=relay_for(router))
     app = ConsoleApp(site, console_root(entity), metrics=entity.get("metrics") is not False,
                      healthz=entity.get("healthz") is not False, websockets=entity.get("websockets") is not False)
     nursery.start_soon(serve_http_listeners, app, listeners, nursery)
-    return bound
