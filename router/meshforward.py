@@ -25,7 +25,8 @@ import logging
 from typing import Protocol
 
 from wire import raw
-from wire.annotations import RouterAnnotations, set_router_annotations, split_router_annotations
+from wire.annotations import (SECTION_CACHE_LIMIT, RouterAnnotations, insert_router_section, router_section,
+                              set_router_annotations, split_router_annotations)
 from wire.codec import CodecError, message_to
 from wire.header import DEFAULT_PRIORITY, read_header
 from router.addresses import BALANCED, CLOSEST, MULTICAST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
@@ -99,6 +100,11 @@ class MeshForwarding:
         self._local_source = LocalSource()
         self.deliveries_transit = 0
         self.deliveries_radius_dropped = 0
+        # The router-annotation sections this router sends on (see annotated): for messages entering the
+        # mesh here by (to-override, phase); for messages from a neighbour by (arrival section,
+        # to-override, phase).
+        self._ingress_sections: dict = {}
+        self._transit_sections: dict = {}
 
     # -- router-internal endpoints ------------------------------------------------------------------
     def add_local_endpoint(self, name: str, handler) -> None:
@@ -261,11 +267,15 @@ class MeshForwarding:
         return [ol.conn.mesh.data_links.get(prio, ol) if ol.inter_router else ol for ol in targets]
 
     def annotated(self, ind: InDelivery, addr: Address, msg: bytes) -> bytes:
-        """``msg`` with the router annotations it leaves for a neighbour router with."""
+        """``msg`` with the router annotations it leaves for a neighbour router with.
+
+        The section they make is the same for every message of an address and path, so it is built once
+        per (arrival section or ingress, to-override, phase) and then only put in front of the message
+        (a transit router appends itself to the trace without re-encoding it per message). A message
+        with user annotations has them merged (set_router_annotations)."""
         ra = ind.ra
+        phase = addr.phase if addr.phase and addr.key[0] == "M" else None
         if ra is None:
-            ingress = self.id
-            trace = [self.id]
             link = ind.link
             if link.address is None:
                 to_override = None
@@ -273,17 +283,49 @@ class MeshForwarding:
                 to_override = addr.name
             else:   # another router's node through a link-addressed sender (Dispatch's Node.connect(router=))
                 to_override = link.target_override
+            if phase is not None and to_override is None:
+                to_override = addr.name
+            key = (to_override, phase)
+            section = self._ingress_sections.get(key)
+            if section is None:
+                section = self._cache_section(self._ingress_sections, key, to_override, phase, self.id, [self.id])
         else:
-            ingress = ra.ingress or self.id
-            trace = list(ra.trace or ()) + [self.id]
             to_override = ra.to_override
-        phase = addr.phase if addr.key[0] == "M" and addr.phase else None
-        if phase is not None and to_override is None:
-            to_override = addr.name
+            if phase is not None and to_override is None:
+                to_override = addr.name
+            from_section = ra.section
+            section = None
+            if from_section is not None:  # a router-only arrival section: keyed by its bytes
+                key = (from_section, to_override, phase)
+                section = self._transit_sections.get(key)
+            if section is None:
+                ingress = ra.ingress or self.id
+                trace = list(ra.trace or ()) + [self.id]
+                if from_section is None:
+                    return self._set(msg, to_override, phase, ingress, trace)
+                section = self._cache_section(self._transit_sections, key, to_override, phase, ingress, trace)
+        out = insert_router_section(msg, section)
+        if out is None:  # user annotations: merge ours into their map
+            if ra is None:
+                return self._set(msg, to_override, phase, self.id, [self.id])
+            return self._set(msg, to_override, phase, ra.ingress or self.id, list(ra.trace or ()) + [self.id])
+        return out
+
+    def _set(self, msg: bytes, to_override, phase, ingress, trace) -> bytes:
         if self.edge is not None:  # an edge router neither adds nor passes on trace and ingress (router_node.c)
             ingress = trace = None
         return set_router_annotations(msg, to_override=to_override, phase=phase, ingress=ingress, trace=trace,
                                       area_names=True)  # routers named "0/<id>" (Dispatch's router_node.c)
+
+    def _cache_section(self, cache: dict, key, to_override, phase, ingress, trace) -> bytes:
+        if self.edge is not None:  # an edge router neither adds nor passes on trace and ingress (router_node.c)
+            ingress = trace = None
+        section = router_section(to_override=to_override, phase=phase, ingress=ingress, trace=trace,
+                                 area_names=True)  # routers named "0/<id>" (Dispatch's router_node.c)
+        if len(cache) >= SECTION_CACHE_LIMIT:
+            cache.clear()
+        cache[key] = section
+        return section
 
     def _valid_for_origin(self, addr: Address, remote: list, origin: str) -> list:
         """Keep a next-hop link only if this router is on the origin's shortest path to some router

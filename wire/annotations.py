@@ -34,7 +34,8 @@ from wire.codec import _section_end, _walk
 
 __all__ = [
     "RouterAnnotations", "read_router_annotations", "strip_router_annotations", "set_router_annotations",
-    "split_router_annotations", "ROUTER_PREFIX", "AREA_PREFIX", "router_id_of",
+    "split_router_annotations", "ROUTER_PREFIX", "AREA_PREFIX", "router_id_of", "router_section",
+    "insert_router_section",
 ]
 
 ROUTER_PREFIX = b"x-opt-qd."
@@ -51,8 +52,13 @@ _SECTION_CACHE: dict = {}  # (to, phase, ingress, trace tuple, stream) -> sectio
 
 
 class RouterAnnotations:
-    """The router's own message annotations. A field is None when its key is absent (or null)."""
-    __slots__ = ("to_override", "phase", "ingress", "trace", "stream")
+    """The router's own message annotations. A field is None when its key is absent (or null).
+
+    ``section`` is the encoded message-annotations section they were read from when it held router keys
+    only (the same bytes recur for every message of an address and path, so a router may key what it
+    derives from them, such as the section it sends on, by it); None otherwise. It takes no part in
+    equality."""
+    __slots__ = ("to_override", "phase", "ingress", "trace", "stream", "section")
 
     def __init__(self, to_override=None, phase=None, ingress=None, trace=None, stream=None):
         self.to_override = to_override
@@ -60,6 +66,7 @@ class RouterAnnotations:
         self.ingress = ingress
         self.trace = trace
         self.stream = stream
+        self.section = None
 
     def __eq__(self, other):
         if not isinstance(other, RouterAnnotations):
@@ -309,6 +316,16 @@ def split_router_annotations(msg: bytes, *, area_names: bool = False) -> tuple[R
     ``area_names`` ingress and trace are read as router ids (``"0/A"`` -> ``"A"``)."""
     try:
         cache = _SPLIT_CACHE_IDS if area_names else _SPLIT_CACHE
+        if len(msg) > 5 and msg[2] == 0x72 and msg[3] == 0xC1 and msg[0] == 0 and msg[1] == 0x53:
+            # The mesh's common form: the message-annotations section first (no header) as a map8. A
+            # section seen before is known to be well formed: no walk, no parse.
+            send = 5 + msg[4]
+            section = msg[:send]
+            if type(section) is not bytes:
+                section = bytes(section)
+            ra = cache.get(section)
+            if ra is not None:
+                return ra, msg[send:]
         loc = _find_ma(msg)
         if loc is None:
             return None, msg
@@ -330,6 +347,7 @@ def split_router_annotations(msg: bytes, *, area_names: bool = False) -> tuple[R
             # bytes recur for every message of an address and path, so remember what they say.
             if len(cache) >= SECTION_CACHE_LIMIT:
                 cache.clear()
+            ra.section = section
             cache[section] = ra
         return ra, _rebuild_ma(msg, start, vpos, send, spans, nuser, b"", 0)
     except CodecError:
@@ -430,6 +448,47 @@ def _router_entries(to_override, phase, ingress, trace, stream, area_names=False
     return b"".join(parts), count
 
 
+def router_section(*, to_override=None, phase=None, ingress=None, trace=None, stream=None,
+                   area_names: bool = False) -> bytes:
+    """The whole message-annotations section (descriptor and map) holding only the given router
+    annotations, encoded as :func:`set_router_annotations` writes them; b"" when none is given.
+    Remembered: the same few sections serve every message of an address and path."""
+    key = (to_override, phase, ingress, tuple(trace) if trace is not None else None, stream, area_names)
+    section = _SECTION_CACHE.get(key)
+    if section is None:
+        extra, nextra = _router_entries(to_override, phase, ingress, trace, stream, area_names)
+        section = b"".join((b"\x00\x53\x72", _map_header(len(extra), 2 * nextra), extra)) if nextra else b""
+        if len(_SECTION_CACHE) >= SECTION_CACHE_LIMIT:
+            _SECTION_CACHE.clear()
+        _SECTION_CACHE[key] = section
+    return section
+
+
+# Descriptors of the sections that come after message annotations (properties .. footer): a message that
+# starts with one of them has no header, delivery annotations or message annotations.
+_AFTER_MA = frozenset(range(0x73, 0x79))
+
+
+def insert_router_section(msg: bytes, section: bytes) -> bytes | None:
+    """``msg`` with ``section`` (from :func:`router_section`) as its message-annotations section, when
+    it has none: the same bytes :func:`set_router_annotations` makes, without rebuilding anything. None
+    when ``msg`` already has a message-annotations section (user annotations: merge with
+    :func:`set_router_annotations` instead)."""
+    try:
+        if len(msg) > 3 and msg[0] == 0 and msg[1] == 0x53 and msg[2] in _AFTER_MA:
+            return section + msg if section else msg
+        pos, code, vpos = _walk(msg, 2)
+        if code == 0x72:
+            return None
+        if not section:
+            return msg
+        return b"".join((msg[:pos], section, msg[pos:]))
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
+
+
 def set_router_annotations(msg: bytes, *, to_override=None, phase=None, ingress=None, trace=None,
                            stream=None, area_names: bool = False) -> bytes:
     """Replace the router annotations: every existing ``x-opt-qd.*`` key is removed, then the given
@@ -444,24 +503,17 @@ def set_router_annotations(msg: bytes, *, to_override=None, phase=None, ingress=
         if code != 0x72:
             # The mesh's common case (a client message without annotations, or one stripped on
             # arrival): the whole section is the same for every message of an address and path.
-            key = (to_override, phase, ingress, tuple(trace) if trace is not None else None, stream, area_names)
-            section = _SECTION_CACHE.get(key)
-            if section is None:
-                extra, nextra = _router_entries(to_override, phase, ingress, trace, stream, area_names)
-                section = b"".join((b"\x00\x53\x72", _map_header(len(extra), 2 * nextra), extra)) if nextra else b""
-                if len(_SECTION_CACHE) >= SECTION_CACHE_LIMIT:
-                    _SECTION_CACHE.clear()
-                _SECTION_CACHE[key] = section
+            section = router_section(to_override=to_override, phase=phase, ingress=ingress, trace=trace,
+                                     stream=stream, area_names=area_names)
             if not section:
                 return msg
             return b"".join((msg[:pos], section, msg[pos:]))
         extra, nextra = _router_entries(to_override, phase, ingress, trace, stream, area_names)
-        if code == 0x72:
-            send = _section_end(msg, vpos, 2, len(msg))
-            spans, nuser, router = _ma_split(msg, vpos, send)
-            if not router and not nextra:
-                return msg
-            return _rebuild_ma(msg, pos, vpos, send, spans, nuser, extra, nextra)
+        send = _section_end(msg, vpos, 2, len(msg))
+        spans, nuser, router = _ma_split(msg, vpos, send)
+        if not router and not nextra:
+            return msg
+        return _rebuild_ma(msg, pos, vpos, send, spans, nuser, extra, nextra)
     except CodecError:
         raise
     except _DECODE_ERRORS as e:
