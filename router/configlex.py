@@ -31,6 +31,11 @@ _OPEN = re.compile(r"([A-Za-z_][\w.-]*)\s*(\{)?\s*(\})?" + _COMMENT)
 _CLOSE = re.compile(r"\}" + _COMMENT)
 _KEY = re.compile(r"[A-Za-z_$][\w$-]*")
 _TRAILING_COMMENT = re.compile(r"\s+#.*$")
+# A section with attributes after its '{' (``address { prefix: queue  waypoint: yes }``): the format has one
+# attribute per line, so it is refused with the lines to write instead.
+_ONE_LINE_SECTION = re.compile(r"([A-Za-z_][\w.-]*)\s*\{\s*(.*?)\s*(\})?" + _COMMENT)
+# Where a ``key:`` starts inside such a line (or inside a value that swallowed a second attribute).
+_INLINE_KEY = re.compile(r"(?:^|(?<=\s)|(?<=,))([A-Za-z_$][\w$-]*)\s*:(?=\s|$)")
 
 
 @dataclass
@@ -44,6 +49,38 @@ class RawSection:
 def _is_comment_or_blank(text: str) -> bool:
     s = text.strip()
     return not s or s.startswith("#")
+
+
+def _inline_attributes(text: str) -> list[tuple[str, str]]:
+    """``prefix: queue  waypoint: yes`` -> [("prefix", "queue"), ("waypoint", "yes")] (a best guess, for a
+    message: values are what lies between one ``key:`` and the next)."""
+    keys = list(_INLINE_KEY.finditer(text))
+    out = []
+    for k, nxt in zip(keys, keys[1:] + [None]):
+        value = text[k.end():nxt.start() if nxt else len(text)].strip().rstrip(",").strip()
+        out.append((k.group(1), value))
+    return out
+
+
+def _one_line_section_error(path: str, lineno: int, name: str, body: str) -> ConfigError:
+    pairs = _inline_attributes(body)
+    written = "\n".join([f"    {name} {{", *(f"        {k}: {v}" for k, v in pairs), "    }"])
+    return ConfigError(path, lineno, f"section '{name}' is written on one line, but each attribute needs a line "
+                                     f"of its own (and so do '{name} {{' and '}}'); write:\n{written}")
+
+
+def _check_one_attribute(path: str, lineno: int, section: str, key: str, value: str) -> None:
+    """An unquoted value that holds a second attribute (``host: 127.0.0.1  port: 5672``) or the section's
+    closing brace (``waypoint: yes }``) would be read as one odd value: refused, saying what to write."""
+    et = schema.entity_type(section)
+    for m in _INLINE_KEY.finditer(value):
+        if et is not None and et.resolve(m.group(1)) is not None:
+            first = value[:m.start()].strip().rstrip(",").strip()
+            raise ConfigError(path, lineno, f"{section}: two attributes on one line: write '{key}: {first}' and "
+                                            f"'{value[m.start():].strip()}' on lines of their own")
+    if re.search(r"\s\}$", value):
+        raise ConfigError(path, lineno, f"{section}: put the closing '}}' on a line of its own after "
+                                        f"'{key}: {value[:-1].strip()}'")
 
 
 def _clean_value(raw: str, path: str, lineno: int, key: str) -> str:
@@ -182,6 +219,8 @@ def lex(text: str, path: str) -> list[RawSection]:
                         current = None
                 elif m and not m.group(3):
                     pending = (m.group(1), lineno)
+                elif (one := _ONE_LINE_SECTION.fullmatch(s)) and _INLINE_KEY.search(one.group(2)):
+                    raise _one_line_section_error(path, lineno, one.group(1), one.group(2))
                 elif s.startswith("}"):
                     raise ConfigError(path, lineno, "unexpected '}' outside any section")
                 elif ":" in s:
@@ -211,6 +250,8 @@ def lex(text: str, path: str) -> list[RawSection]:
                 current.nested_lines.update({f"{schema.camel_case(key)}.{k}": v for k, v in nested_lines.items()})
             else:
                 value = _clean_value(raw, path, lineno, key)
+                if raw[:1] not in ("'", '"'):
+                    _check_one_attribute(path, lineno, current.name, key, value)
             current.items.append((key, value, lineno))
         else:
             m = _OPEN.fullmatch(s)

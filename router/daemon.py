@@ -127,8 +127,8 @@ def check_reachable(cfg: RouterConfig) -> None:
         return
     raise ConfigError(cfg.path, cfg.router.line or 1,
                       "no listener and no connector: nothing could connect to this router, nor it to anything; "
-                      "add a listener section (one attribute per line): listener { host: 127.0.0.1 / "
-                      "port: amqp / saslMechanisms: ANONYMOUS / authenticatePeer: no } -- see conf/router.conf")
+                      "add a listener (conf/router.conf has a commented one), for example:\n"
+                      "    listener {\n        host: 127.0.0.1\n        port: amqp\n    }")
 
 
 def warn_pending_features(cfg: RouterConfig) -> None:
@@ -153,10 +153,10 @@ def warn_pending_features(cfg: RouterConfig) -> None:
         close = difflib.get_close_matches(wanted, names, n=1, cutoff=0.6)
         hint = (f"did you mean '{close[0]}'?" if close
                 else f"name one of: {', '.join(names)}" if names else "no connector or listener is named")
-        log.warning("%s:%d: %s %s: connection '%s' is not the name of any connector or listener here (%s); "
+        label = f"{entity.type} {entity['name']}" if "name" in entity.attr_lines else entity.type
+        log.warning("%s:%d: %s: connection '%s' is not the name of any connector or listener here (%s); "
                     "it acts only once management creates a connector or listener of that name",
-                    entity.path, entity.attr_lines.get("connection", entity.line), entity.type,
-                    entity.get("name"), wanted, hint)
+                    entity.path, entity.attr_lines.get("connection", entity.line), label, wanted, hint)
 
 
 def connection_limit(cfg: RouterConfig) -> ConnectionLimit:
