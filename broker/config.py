@@ -321,6 +321,9 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
             protocols = (xs.AMQP_PROTOCOL,)
         else:
             protocols = tuple(p.strip().upper() for p in raw.split(",") if p.strip())
+            if xs.HTTP_PROTOCOL in protocols:
+                out.append(_http_acceptor(ctx, el, aname, host, port, protocols, params))
+                continue
             if xs.AMQP_PROTOCOL not in protocols:
                 raise ctx.error(el, f"acceptor {aname!r}: protocols={raw} does not include AMQP, "
                                     "the only protocol tdbroker speaks")
@@ -338,6 +341,21 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
                             connections_allowed=connections_allowed, handshake_timeout=float(handshake_timeout),
                             tls=tls, auto_start=auto_start))
     return out
+
+
+def _http_acceptor(ctx: Ctx, el, aname: str, host: str, port: int, protocols: tuple, params: dict) -> Acceptor:
+    """``protocols=HTTP``: the console, /metrics and /healthz (broker/httpserve.py, docs/console.md). Only
+    ``httpRootDir`` applies to it; any other parameter would be ignored, so it is refused."""
+    if protocols != (xs.HTTP_PROTOCOL,):
+        raise ctx.error(el, f"acceptor {aname!r}: protocols={','.join(protocols)}: an HTTP acceptor serves HTTP "
+                            "only; give protocols=HTTP alone, on a port of its own")
+    root = params.pop("httpRootDir", None)
+    if root is not None and not pathlib.Path(root).is_dir():
+        raise ctx.error(el, f"acceptor {aname!r}: httpRootDir {root!r} is not a directory")
+    if params:
+        raise ctx.error(el, f"acceptor {aname!r}: {', '.join(sorted(params))} not supported on an HTTP acceptor "
+                            "(only httpRootDir; TLS and connection limits apply to AMQP acceptors)")
+    return Acceptor(aname, host, port, protocols, {"httpRootDir": root} if root else {}, el.line)
 
 
 def _int_param(ctx: Ctx, el, aname: str, params: dict, key: str, default: int, *, minimum: int) -> int:

@@ -21,6 +21,7 @@ import sys
 import click
 import trio
 
+from broker import httpserve
 from broker.acceptors import AcceptorControl, listening
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
@@ -39,6 +40,9 @@ log = logging.getLogger("broker.daemon")
 
 SHUTDOWN_GRACE_SECONDS = 3.0
 DEFAULT_CONFIG = "broker.xml"
+# tdrouterd's line layout (router/logsetup.py log_format, with its default timestamp and no source), so the
+# router's and the broker's logs read, grep and merge alike; tests/unit/test_log_entity.py keeps them equal.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Exit statuses (see the module docstring); a clean shutdown exits 0.
 EXIT_STARTUP_FAILED = 1
 EXIT_CONFIG_REFUSED = 2
@@ -139,6 +143,16 @@ async def run_broker(cfg: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED)
             broker.recorder.close()
 
 
+async def _start_http_acceptor(broker: Broker, cfg: BrokerConfig, acc, nursery: trio.Nursery) -> None:
+    """An acceptor with protocols=HTTP: the console, /metrics, /healthz (broker/httpserve.py)."""
+    try:
+        listeners = await httpserve.bind_http_acceptor(acc)
+    except OSError as exc:
+        raise LocatedError(cfg.path, acc.line, f"acceptor {acc.name}: cannot listen on {acc.host}:{acc.port}: "
+                                               f"{exc.strerror or exc}") from None
+    httpserve.serve_http_acceptor(nursery, listeners, broker, cfg, acc)
+
+
 async def _start_acceptors(broker: Broker, cfg: BrokerConfig, nursery: trio.Nursery) -> None:
     """One AcceptorControl per <acceptor> in ``broker.acceptors``, each listening unless autoStart=false;
     a port that cannot be bound at start-up raises a LocatedError at the acceptor."""
@@ -149,6 +163,9 @@ async def _start_acceptors(broker: Broker, cfg: BrokerConfig, nursery: trio.Nurs
         broker.network.set_local_acceptors(listening(broker.acceptors.values()))
 
     for acc in cfg.acceptors:
+        if httpserve.HTTP_PROTOCOL in acc.protocols:
+            await _start_http_acceptor(broker, cfg, acc, nursery)
+            continue
         settings = broker.connection_settings(name=acc.name, **acceptor_security(cfg))
         ctl = AcceptorControl(acc, lambda remote, s=settings: broker.new_engine(s, server=True, remote_host=remote),
                               on_change=announce)
@@ -226,7 +243,7 @@ def run(config_path: str, verbose: bool) -> None:
         click.echo(f"{config_path}: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_CONFIG_REFUSED)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(OneLineFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.setFormatter(OneLineFormatter(LOG_FORMAT))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     for w in cfg.warnings:
         click.echo(w, err=True)

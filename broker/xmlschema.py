@@ -62,8 +62,10 @@ DEFAULT_HANDSHAKE_TIMEOUT_SECONDS = 10
 #: (broker/acceptors.py).
 DEFAULT_ACCEPTOR_AUTO_START = True
 
-#: The only protocol tdbroker speaks; an acceptor must offer it.
+#: The protocol of every acceptor except an HTTP one (protocols=HTTP).
 AMQP_PROTOCOL = "AMQP"
+#: An acceptor with protocols=HTTP serves the web console, /metrics and /healthz (broker/httpserve.py).
+HTTP_PROTOCOL = "HTTP"
 ROUTING_TYPES = ("ANYCAST", "MULTICAST")
 ADDRESS_FULL_POLICIES = ("PAGE", "DROP", "FAIL", "BLOCK")
 
