@@ -1,10 +1,17 @@
-"""Logging set-up from ``log`` sections (Dispatch's modules and ``enable: info+`` level syntax) to stderr."""
+"""Logging set-up from ``log`` sections: Dispatch's modules, ``enable: info+`` level syntax, and each
+section's ``outputFile`` (``stderr``, the default; ``stdout``; ``syslog``; or a file appended to),
+``includeTimestamp`` and ``includeSource``.
+
+The line layout is :func:`log_format`'s; tdbroker logs in the same layout (broker/daemon.py), so a
+router's and a broker's lines can be read, grepped and merged together.
+"""
 
 from __future__ import annotations
 
 import collections
 import logging
 import logging.handlers
+import socket
 import sys
 
 from wire.errors import LocatedError
@@ -32,6 +39,20 @@ MODULES = {
     "POLICY": "router.policy",
 }
 DEFAULT_LEVEL = logging.INFO
+#: Where ``outputFile: syslog`` sends records (the local syslog daemon's socket; journald provides it under
+#: systemd). A router whose syslog socket is missing is refused at start-up rather than losing its log.
+SYSLOG_ADDRESS = "/dev/log"
+#: What syslog lines are tagged with (syslog adds the time and host itself).
+SYSLOG_IDENT = "tdrouterd: "
+
+
+def log_format(include_timestamp: bool = True, include_source: bool = False) -> str:
+    """The layout of a log line, e.g. ``2026-11-25 02:41:07,907 INFO router.core: message (path:line)``.
+    tdbroker uses the same (broker/daemon.py)."""
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    if include_source:
+        fmt += " (%(pathname)s:%(lineno)d)"
+    return "%(asctime)s " + fmt if include_timestamp else fmt
 
 #: Log records kept for management's GET-LOG (qdstat --log); older ones drop off.
 RECENT_LOG_MAX = 1000
@@ -82,13 +103,26 @@ def level_of(enable: str | None) -> int:
 
 
 def _output_handler(output: str | None) -> logging.Handler:
-    """Dispatch's ``outputFile``: ``stderr`` (the default), ``stdout``, ``syslog`` or a file appended to."""
+    """Dispatch's ``outputFile``: ``stderr`` (the default), ``stdout``, ``syslog`` or a file appended to.
+    OSError when it cannot be opened (for syslog: no socket at SYSLOG_ADDRESS)."""
     if output in (None, "", "stderr"):
         return logging.StreamHandler(sys.stderr)
     if output == "stdout":
         return logging.StreamHandler(sys.stdout)
     if output == "syslog":
-        return logging.handlers.SysLogHandler(address="/dev/log")
+        # SysLogHandler swallows a failed connect and then prints a traceback for every record: try first.
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            probe.connect(SYSLOG_ADDRESS)
+        except OSError as exc:
+            raise OSError(exc.errno, f"no syslog socket at {SYSLOG_ADDRESS} ({exc.strerror}); is a syslog daemon "
+                                     "or journald running?") from None
+        finally:
+            probe.close()
+        handler = logging.handlers.SysLogHandler(address=SYSLOG_ADDRESS,
+                                                 facility=logging.handlers.SysLogHandler.LOG_DAEMON)
+        handler.ident = SYSLOG_IDENT
+        return handler
     return logging.FileHandler(output, encoding="utf-8")
 
 
@@ -109,10 +143,7 @@ def configure_logging(log_entities) -> None:
             specific.append((MODULES.get(module, module.lower()), entity))
 
     def formatter(include_ts, include_source) -> OneLineFormatter:
-        fmt = "%(levelname)s %(name)s: %(message)s"
-        if include_source:
-            fmt += " (%(pathname)s:%(lineno)d)"
-        return OneLineFormatter("%(asctime)s " + fmt if include_ts else fmt)
+        return OneLineFormatter(log_format(include_ts, include_source))
 
     def opened(output, entity) -> logging.Handler:
         try:
