@@ -30,6 +30,10 @@ published on broker 1 exactly once (tools/demofed.py).
 The clients use proton's reactor API (one Container, timers for the narration): a demo is about
 behaviour, not speed.
 
+Every demo prints the configurations it ran (``--keep DIR`` writes them, the journals and logs into DIR
+and keeps it), so a user can copy them; ``brokered`` and ``linkroute`` say whose credit the producer got,
+what each waypoint phase carried and where rejected messages went (docs/demos.md; tools/demoshow.py).
+
 ``--records DIR`` makes the demo's clients write flow records (docs/flowrecords.md): the producer
 ``sent`` and ``settled`` (with the outcome it learned), the consumer ``received`` (with the outcome it
 gave); ``tdflow audit DIR`` then checks every message arrived exactly once. ``--reject-every N`` makes
@@ -39,7 +43,6 @@ the consumer reject every Nth message instead of accepting it.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 import uuid
 
@@ -49,6 +52,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from tools.daemons import BROKER, ROUTER, DaemonProcess
+from tools.demoshow import DEAD_LETTER_QUEUE, BrokerView, RouterView, Workspace
 from tools.security import PROTON_DEFAULT_MECHANISMS, Security, SecurityOptionError, click_security_options
 from wire.flowrecords import FlowRecorder
 
@@ -131,12 +135,21 @@ class Daemon(DaemonProcess):
 
     failure = click.ClickException
 
-    def __init__(self, module: str, conf_name: str, conf_text: str, workdir: str):
+    def __init__(self, module: str, conf_name: str, conf_text: str, workdir: str, on_ready=None):
+        """``on_ready(module, conf_path, port)``: called once the daemon is ready (the demo's
+        :class:`tools.demoshow.Workspace` prints the configuration it ran then)."""
         self.module = module
         self.conf = os.path.join(workdir, conf_name)
+        self.on_ready = on_ready
         with open(self.conf, "w") as f:
             f.write(conf_text)
         super().__init__(_PROGRAMS[module], self.conf, start_timeout=READY_TIMEOUT_SECONDS)
+
+    def start(self) -> "Daemon":
+        super().start()
+        if self.on_ready is not None:
+            self.on_ready(self.module, self.conf, self.port)
+        return self
 
 
 class Brokerless(MessagingHandler):
@@ -238,6 +251,19 @@ def _records_options(f):
                         help="Write client flow records (sent/settled/received) into this directory.")(f)
 
 
+def _keep_option(f):
+    return click.option("--keep", metavar="DIR", type=click.Path(file_okay=False), default=None,
+                        help="Run in DIR and keep it: the configurations (named instead of printed), the broker "
+                             "journal and the daemons' logs. DIR must be new or empty.")(f)
+
+
+def _workspace(keep: str | None) -> Workspace:
+    why = Workspace.check_keep(keep)
+    if why is not None:
+        raise click.UsageError(why)
+    return Workspace(keep, say, click.echo)
+
+
 def _run_brokerless(demo: Brokerless) -> None:
     try:
         Container(demo).run()
@@ -267,11 +293,14 @@ def _secured_connection(router_url: str, security_opts) -> tuple[str, dict]:
               help="Run against this already running router (host:port or amqp[s]://host:port) instead of "
                    "starting one; the --ssl-*/--sasl-* options apply to it.")
 @_records_options
+@_keep_option
 @click_security_options(default_mechanisms=PROTON_DEFAULT_MECHANISMS)
 def brokerless(count: int, address: str, router_url: str | None, records: str | None, reject_every: int,
-               security_opts) -> None:
+               keep: str | None, security_opts) -> None:
     """No broker: the producer is blocked until a consumer exists, then messages flow."""
     if router_url is not None:
+        if keep is not None:
+            raise click.UsageError("--keep is for the router tddemo starts itself, not for --router")
         url, connect_options = _secured_connection(router_url, security_opts)
         say("router", f"using the router at {url}")
         demo = Brokerless(url, address, count, records, reject_every, connect_options)
@@ -280,8 +309,9 @@ def brokerless(count: int, address: str, router_url: str | None, records: str | 
         if any(vars(security_opts).values()):
             raise click.UsageError("the --ssl-*/--sasl-* options are for --router: the router tddemo starts "
                                    "itself listens without TLS or logins")
-        with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
-                Daemon("router.daemon", "router.conf", ROUTER_CONF + _router_flow(records), tmp) as router:
+        workspace = _workspace(keep)
+        with workspace as tmp, workspace.daemon_factory(Daemon)(
+                "router.daemon", "router.conf", ROUTER_CONF + _router_flow(records), tmp) as router:
             say("router", f"tdrouterd started on 127.0.0.1:{router.port} (no broker)")
             demo = Brokerless(f"amqp://127.0.0.1:{router.port}", address, count, records, reject_every)
             _run_brokerless(demo)
@@ -294,41 +324,60 @@ def brokerless(count: int, address: str, router_url: str | None, records: str | 
 
 
 class _Bounded(MessagingHandler):
-    """A demo client that gives up (and stops its container) after ``STEP_TIMEOUT_SECONDS``."""
+    """A demo client that gives up (and stops its container) after ``STEP_TIMEOUT_SECONDS``.
+
+    It ends by closing its connection (:meth:`finish`) and stops only once the router has answered the
+    close: stopping the container at once would drop the dispositions proton had not written yet (the
+    consumer's last outcomes never reached the router, which returned those messages to the broker as
+    ``modified``: 9 of 100 in a run of ``brokered --records``)."""
 
     def __init__(self, **handler_options):
         super().__init__(**handler_options)
         self.timed_out = False
+        self.conn = None
+        self.timer = None
 
     def start_timer(self, event) -> None:
-        event.container.schedule(STEP_TIMEOUT_SECONDS, self)
+        self.timer = event.container.schedule(STEP_TIMEOUT_SECONDS, self)
 
     def on_timer_task(self, event):
         self.timed_out = True
         say("", f"gave up after {STEP_TIMEOUT_SECONDS:.0f} s")
         event.container.stop()
 
+    def finish(self) -> None:
+        """Close the connection; the outcomes still unwritten go out before the close frame."""
+        self.conn.close()
+
+    def on_connection_closed(self, event):
+        if self.timer is not None:
+            self.timer.cancel()
+        event.container.stop()
+
 
 class SendAll(_Bounded):
     """Send ``count`` messages as fast as credit allows; stop when all have an outcome."""
 
-    def __init__(self, url: str, address: str, count: int, durable: bool = True, records: str | None = None):
+    def __init__(self, url: str, address: str, count: int, durable: bool = True, records: str | None = None,
+                 credit_from: str = "the broker's queue takes the messages"):
+        """``credit_from``: the narration's account of whose credit the producer got."""
         super().__init__()
         self.url, self.address, self.count, self.durable = url, address, count, durable
+        self.credit_from = credit_from
         self.sent = self.accepted = self.other = 0
         self.first_credit = None
         self.records = Records(records, "producer")
 
     def on_start(self, event):
         self.start_timer(event)
-        conn = event.container.connect(self.url)
-        event.container.create_sender(conn, self.address)
+        self.conn = event.container.connect(self.url)
+        event.container.create_sender(self.conn, self.address)
         say("producer", f"attached to '{self.address}'")
 
     def on_sendable(self, event):
         if self.first_credit is None:
             self.first_credit = event.sender.credit
-            say("producer", f"credit {self.first_credit} at once: the broker's queue takes the messages")
+            say("producer", f"credit {self.first_credit} at once, {self.credit_from}")
         while event.sender.credit and self.sent < self.count:
             msg = self.records.message(self.sent, f"message {self.sent}", self.durable)
             self.records.sent(event.sender.send(msg), msg, self.address)
@@ -349,7 +398,7 @@ class SendAll(_Bounded):
     def _maybe_done(self, event):
         if self.accepted + self.other == self.count:
             say("producer", f"sent {self.sent}, {self.accepted} accepted (stored), and stops")
-            event.container.stop()
+            self.finish()
 
 
 class ReceiveAll(_Bounded):
@@ -365,8 +414,8 @@ class ReceiveAll(_Bounded):
 
     def on_start(self, event):
         self.start_timer(event)
-        conn = event.container.connect(self.url)
-        event.container.create_receiver(conn, self.address)
+        self.conn = event.container.connect(self.url)
+        event.container.create_receiver(self.conn, self.address)
         say("consumer", f"attached to '{self.address}'")
 
     def on_message(self, event):
@@ -383,7 +432,7 @@ class ReceiveAll(_Bounded):
         if len(self.bodies) == self.count:
             if self.rejected:
                 say("consumer", f"rejected {self.rejected} of them")
-            event.container.stop()  # the outcome above goes out before the container stops
+            self.finish()
 
 
 WAYPOINT_ROUTER_CONF = ROUTER_CONF + """address {
@@ -402,9 +451,13 @@ BROKER_XML = """<?xml version="1.0" encoding="UTF-8"?>
   </acceptors>
   <addresses>
     <address name="{queue}"><anycast><queue name="{queue}"/></anycast></address>
+    <address name="DLQ"><anycast><queue name="DLQ"/></anycast></address>
   </addresses>
   <address-settings>
-    <address-setting match="#"><auto-create-queues>true</auto-create-queues></address-setting>
+    <address-setting match="#">
+      <dead-letter-address>DLQ</dead-letter-address>
+      <auto-create-queues>true</auto-create-queues>
+    </address-setting>
   </address-settings>
   {connections}
 </core>
@@ -448,12 +501,19 @@ def _broker_flow(records: str | None) -> str:
     """With --records the broker writes store/deliver/settle records too."""
     if not records:
         return ""
-    return f'<flow-records directory="{os.path.abspath(records)}"/>'
+    return f'<flow-records directory="{os.path.abspath(records)}"/>\n  '
+
+
+# Whose credit the producer gets, as the narration says it (docs/demos.md).
+WAYPOINT_CREDIT = ("from the router (its linkCapacity): phase 0 of 'queue' has a destination, the broker's "
+                   "receiving link, so the router lends credit and forwards each message to the broker")
+LINK_ROUTE_CREDIT = ("from the broker (its credit window): the router proxies the routed link and passes the "
+                     "broker's flow frames on unchanged, adding no credit of its own")
 
 
 def _store_then_drain(url: str, address: str, count: int, records: str | None = None,
-                      reject_every: int = 0) -> None:
-    sender = SendAll(url, address, count, records=records)
+                      reject_every: int = 0, credit_from: str = "") -> "ReceiveAll":
+    sender = SendAll(url, address, count, records=records, credit_from=credit_from)
     try:
         Container(sender).run()
     finally:
@@ -470,54 +530,102 @@ def _store_then_drain(url: str, address: str, count: int, records: str | None = 
     if receiver.bodies != [f"message {i}" for i in range(count)]:
         raise click.ClickException(f"expected {count} messages in order, got {len(receiver.bodies)}")
     say("consumer", f"drained all {count} messages, in order")
+    return receiver
+
+
+def _broker_outcomes(broker_port: int, queue: str, count: int, rejected: int) -> None:
+    """Wait until the broker has every consumer outcome (so it is stopped only then, and its flow records
+    hold a ``settle`` for each message), then say where rejected messages went."""
+    with BrokerView(broker_port) as view:
+        try:
+            row = view.wait_settled(queue, count)
+        except TimeoutError as exc:
+            raise click.ClickException(f"the broker did not hear every consumer outcome: {exc}") from None
+        say("broker", f"has every outcome: {row['acknowledgedCount']} acknowledged, {row['deadLetteredCount']} "
+                      "dead-lettered")
+        if not rejected:
+            return
+        held = int(view.queues().get(DEAD_LETTER_QUEUE, {}).get("messageCount") or 0)
+    say("broker", f"moved the {rejected} rejected messages to its dead-letter queue '{DEAD_LETTER_QUEUE}' "
+                  f"(<dead-letter-address> in broker.xml), which holds {held}: a consumer of "
+                  f"'{DEAD_LETTER_QUEUE}' reads them")
+    say("producer", f"had already seen 'accepted' for all {count}, the {rejected} rejected ones included: the "
+                    "broker accepted each message when it stored it, before any consumer existed; the "
+                    "consumer's 'rejected' settles the broker's copy and never reaches the producer")
+
+
+def _waypoint_phases(router_port: int, address: str) -> None:
+    """The two routing-table entries of the waypoint address and what each carried (tdstat -a)."""
+    with RouterView(router_port) as view:
+        rows = view.addresses()
+    m0, m1 = rows.get(f"M0{address}", {}), rows.get(f"M1{address}", {})
+    say("router", f"phase 0 (M0{address}): {m0.get('deliveriesIngress', 0)} in from the producer, "
+                  f"{m0.get('deliveriesEgress', 0)} out to the broker; phase 1 (M1{address}): "
+                  f"{m1.get('deliveriesIngress', 0)} in from the broker, {m1.get('deliveriesEgress', 0)} out "
+                  "to the consumer (tdstat -a)")
 
 
 @main.command()
 @click.option("--count", default=100, show_default=True, help="Messages to send.")
 @_records_options
-def brokered(count: int, records: str | None, reject_every: int) -> None:
+@_keep_option
+def brokered(count: int, records: str | None, reject_every: int, keep: str | None) -> None:
     """A broker attached as a peer: send now, consume later."""
-    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp, \
-            Daemon("router.daemon", "router.conf", WAYPOINT_ROUTER_CONF + _router_flow(records), tmp) as router:
-        say("router", f"tdrouterd on 127.0.0.1:{router.port}; address 'queue' is a waypoint")
+    workspace = _workspace(keep)
+    daemon = workspace.daemon_factory(Daemon)
+    with workspace as tmp, \
+            daemon("router.daemon", "router.conf", WAYPOINT_ROUTER_CONF + _router_flow(records), tmp) as router:
+        say("router", f"tdrouterd on 127.0.0.1:{router.port}; address 'queue' is a waypoint: producers send into "
+                      "phase 0, consumers receive phase 1, and the broker's queue sits between the two")
         xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="queue",
                                 connections=_broker_flow(records) + PEER_CONNECTION.format(port=router.port))
-        with Daemon("broker.daemon", "broker.xml", xml, tmp):
-            say("broker", "tdbroker attached to the router as a peer for 'queue'")
+        with daemon("broker.daemon", "broker.xml", xml, tmp) as broker:
+            say("broker", "tdbroker attached to the router as a peer for 'queue': its receiving link consumes "
+                          "phase 0 into the queue, its sending link produces phase 1 from it")
             time.sleep(0.5)  # the peer links attach
-            _store_then_drain(f"amqp://127.0.0.1:{router.port}", "queue", count, records, reject_every)
+            receiver = _store_then_drain(f"amqp://127.0.0.1:{router.port}", "queue", count, records, reject_every,
+                                         WAYPOINT_CREDIT)
+            _broker_outcomes(broker.port, "queue", count, receiver.rejected)
+            _waypoint_phases(router.port, "queue")
     say("done", "brokered: the producer never waited for a consumer; the broker stored and forwarded")
 
 
 @main.command()
 @click.option("--count", default=100, show_default=True, help="Messages to send.")
 @_records_options
-def linkroute(count: int, records: str | None, reject_every: int) -> None:
+@_keep_option
+def linkroute(count: int, records: str | None, reject_every: int, keep: str | None) -> None:
     """The same flow through link routes to the broker (prefix 'test', both directions)."""
-    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp:
+    workspace = _workspace(keep)
+    daemon = workspace.daemon_factory(Daemon)
+    with workspace as tmp:
         xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="test.queue",
                                 connections=_broker_flow(records))
-        with Daemon("broker.daemon", "broker.xml", xml, tmp) as broker, \
-                Daemon("router.daemon", "router.conf",
-                       LINK_ROUTE_ROUTER_CONF.replace("BROKER_PORT", str(broker.port)) + _router_flow(records),
-                       tmp) as router:
+        with daemon("broker.daemon", "broker.xml", xml, tmp) as broker:
             say("broker", f"tdbroker on 127.0.0.1:{broker.port}")
-            say("router", f"tdrouterd on 127.0.0.1:{router.port}, connector 'my-broker', "
-                          "link routes for 'test' in and out")
-            time.sleep(0.5)  # the router's connector reaches the broker
-            _store_then_drain(f"amqp://127.0.0.1:{router.port}", "test.queue", count, records, reject_every)
+            with daemon("router.daemon", "router.conf",
+                        LINK_ROUTE_ROUTER_CONF.replace("BROKER_PORT", str(broker.port)) + _router_flow(records),
+                        tmp) as router:
+                say("router", f"tdrouterd on 127.0.0.1:{router.port}, connector 'my-broker', "
+                              "link routes for 'test' in and out")
+                time.sleep(0.5)  # the router's connector reaches the broker
+                receiver = _store_then_drain(f"amqp://127.0.0.1:{router.port}", "test.queue", count, records,
+                                             reject_every, LINK_ROUTE_CREDIT)
+                _broker_outcomes(broker.port, "test.queue", count, receiver.rejected)
     say("done", "linkroute: the clients' links were proxied to the broker's queue")
 
 
 @main.command()
 @click.option("--count", default=20, show_default=True, help="Messages to send (half are consumed on each broker).")
-def network(count: int) -> None:
+@_keep_option
+def network(count: int, keep: str | None) -> None:
     """Two brokers in a network: messages follow a consumer from one broker to the other and back."""
     from tools.demonet import DemoFailed, NetworkDemo
 
-    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp:
+    workspace = _workspace(keep)
+    with workspace as tmp:
         try:
-            NetworkDemo(tmp, count, say=say, daemon=Daemon).run()
+            NetworkDemo(tmp, count, say=say, daemon=workspace.daemon_factory(Daemon)).run()
         except DemoFailed as exc:
             raise click.ClickException(f"network: {exc}") from None
     say("done", "network: the messages went where the consumer was, each exactly once")
@@ -525,13 +633,15 @@ def network(count: int) -> None:
 
 @main.command()
 @click.option("--count", default=20, show_default=True, help="Messages to publish on broker 1.")
-def federation(count: int) -> None:
+@_keep_option
+def federation(count: int, keep: str | None) -> None:
     """Three federated brokers: every subscriber on every broker gets each message exactly once."""
     from tools.demofed import DemoFailed, FederationDemo
 
-    with tempfile.TemporaryDirectory(prefix="tddemo-") as tmp:
+    workspace = _workspace(keep)
+    with workspace as tmp:
         try:
-            FederationDemo(tmp, count, say=say, daemon=Daemon).run()
+            FederationDemo(tmp, count, say=say, daemon=workspace.daemon_factory(Daemon)).run()
         except DemoFailed as exc:
             raise click.ClickException(f"federation: {exc}") from None
     say("done", "federation: every subscriber on every broker got each message exactly once")
