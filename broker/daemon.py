@@ -219,6 +219,7 @@ async def _serve(broker: Broker, cfg: BrokerConfig, signals, task_status) -> Non
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+@click.version_option(package_name="trio-dispatch", prog_name="tdbroker", message="%(prog)s %(version)s")
 @click.option("-c", "--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
               help="Artemis-style broker.xml.")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")

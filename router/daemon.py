@@ -290,6 +290,7 @@ async def _serve(router: Router, cfg: RouterConfig, security: RouterSecurity, si
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="trio-dispatch", prog_name="tdrouterd", message="%(prog)s %(version)s")
 @click.option("-c", "--config", "config_path", default=DEFAULT_CONFIG, show_default=True,
               help="qdrouterd.conf-style configuration file.")
 def main(config_path: str) -> None:
