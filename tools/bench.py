@@ -30,7 +30,7 @@ import click
 import trio
 
 from tools.benchclient import MessageTemplate, process_cpu_seconds
-from tools.benchrun import run_direct, run_via_peer
+from tools.benchrun import STALL_SECONDS, run_direct, run_via_peer
 from tools.security import Security, SecurityOptionError, click_security_options
 from tools.benchprocs import (  # noqa: F401 - re-exported: tests and scripts import them from here
     BROKER_XML, DEFAULT_ROUTER_CONFIG, MAX_HOPS, REPO_ROOT, BenchError, BrokerProcess, RouterProcess,
@@ -92,7 +92,8 @@ async def _bench(opts: dict, host: str | None, port: int | None, router_pid: int
         out["router"] = await run_via_peer(host, port, senders=opts["senders"], receivers=opts["receivers"],
                                            router_pid=router_pid, rx_host=opts.get("rx_host"),
                                            rx_port=opts.get("rx_port"), records=opts.get("records"),
-                                           security=opts.get("security"), **common)
+                                           security=opts.get("security"), stall_seconds=opts["stall_seconds"],
+                                           **common)
     if opts["direct"]:
         out["direct"] = await run_direct(senders=opts["senders"], **common)
     return out
@@ -102,12 +103,13 @@ def run_bench(*, senders: int = 1, receivers: int = 1, messages: int = 200000, s
               presettled: bool = False, window: int = 1000, address: str = "bench",
               router_config: str | None = None, router: str | None = None, router_pid: int | None = None,
               direct: bool = True, duration_limit: float = 120.0, no_router: bool = False,
-              hops: int = 0, records: str | None = None, security=None) -> dict:
+              hops: int = 0, records: str | None = None, security=None,
+              stall_seconds: float = STALL_SECONDS) -> dict:
     """Run the bench and return the report dict (what ``--json`` prints). ``security``: a
     :class:`tools.security.Security` for the connections to the router (TLS, SASL login)."""
     opts = dict(senders=senders, receivers=receivers, messages=messages, size=size, presettled=presettled,
                 window=window, address=address, direct=direct, duration_limit=duration_limit, records=records,
-                security=security)
+                security=security, stall_seconds=stall_seconds)
     MessageTemplate(size)  # validates the size
     proc = None
     mesh: list = []
@@ -303,6 +305,13 @@ def format_report(rep: dict) -> str:
             busy.append(f"{label}: {router_busy}client {x['client_cpu_busy']:.0%}")
     if busy:
         lines.append("CPU busy (of one core): " + "; ".join(busy))
+    x = rep.get("router")
+    if x is not None and x.get("router_rss_mb"):
+        lines.append("router RSS (MiB): " + "; ".join(
+            f"{m['start']:.0f} at the start, peak {m['peak']:.0f} (+{m['growth']:.0f}), VmHWM {_fmt(m['hwm'], 0)}"
+            for m in x["router_rss_mb"]))
+    if x is not None and x.get("aborted"):
+        lines.append(f"aborted deliveries: {x['aborted']}")
     if "ratio" in rep:
         lines.append(f"ratio (router/direct): {rep['ratio']:.2f}")
     if rep.get("direct") and s > 1:
@@ -349,9 +358,24 @@ def format_report(rep: dict) -> str:
 @click.option("--hops", default=0, show_default=True, type=click.IntRange(0, MAX_HOPS),
               help="Through a line of HOPS+1 interior routers (senders on the first, receivers on the "
                    "last); router CPU is the sum over all of them.")
+@click.option("--large", is_flag=True,
+              help="Large messages: 5 kB-1 MB with a window of 100, and one 200 MB message through one router "
+                   "and a line of three; router CPU per message and RSS (a router started per row).")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(1),
+              help="With --large or --scale: run each row this many times, interleaved.")
+@click.option("--scale", is_flag=True,
+              help="Many idle connections and links on one router: RSS per connection and per link, attach "
+                   "rate, and a 1 -> 1 load before and while they are open (with --router/--router-pid or a "
+                   "router started per round).")
+@click.option("--connections", default=2000, show_default=True, type=click.IntRange(1),
+              help="With --scale: idle client connections.")
+@click.option("--links-per-connection", default=10, show_default=True, type=click.IntRange(0),
+              help="With --scale: links on each idle connection (half receivers, half senders).")
+@click.option("--profile", type=click.Path(dir_okay=False),
+              help="With --scale: record the router with py-spy (raw format) during the load with everything open.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
          direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, network, mirror, hops,
-         security_opts) -> None:
+         large, rounds, scale, connections, links_per_connection, profile, security_opts) -> None:
     """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run.
 
     TLS (an amqps:// --router or any --ssl-* option) and SASL (--sasl-*) apply to the connections to the
@@ -373,6 +397,35 @@ def main(senders, receivers, messages, size, presettled, window, address, router
         raise click.UsageError("--rabbitmq goes with --brokered")
     if hops and (router_config or router_url or brokered):
         raise click.UsageError("--hops starts its own routers: not with --router, --router-config or --brokered")
+    if scale:
+        if secured or brokered or network or mirror or hops or router_config or large:
+            raise click.UsageError("--scale: not with other run kinds, --router-config or TLS/SASL")
+        if router_url and not router_pid:
+            raise click.UsageError("--scale with --router needs --router-pid (its memory is the measurement)")
+        from tools.benchscale import LOAD_MESSAGES, ScaleError, format_scale, run_scale
+
+        n = messages if click.get_current_context().get_parameter_source("messages").name != "DEFAULT" \
+            else LOAD_MESSAGES
+        try:
+            rep = run_scale(connections=connections, links_per_connection=links_per_connection, rounds=rounds,
+                            messages=n, router=router_url, router_pid=router_pid, profile=profile)
+        except (BenchError, ScaleError) as exc:
+            click.echo(f"tdbench: {exc}", err=True)
+            sys.exit(2)
+        click.echo(json.dumps(rep) if as_json else format_scale(rep))
+        sys.exit(0 if rep["ok"] else 1)
+    if large:
+        if secured or brokered or network or mirror or hops or router_config or router_url:
+            raise click.UsageError("--large starts its own routers: not with other run kinds or TLS/SASL")
+        from tools.benchlarge import format_large, run_large
+
+        try:
+            rep = run_large(rounds=rounds)
+        except BenchError as exc:
+            click.echo(f"tdbench: {exc}", err=True)
+            sys.exit(2)
+        click.echo(json.dumps(rep) if as_json else format_large(rep))
+        sys.exit(0 if rep["ok"] else 1)
     if network:
         if secured or brokered or hops or router_config or router_url or mirror:
             raise click.UsageError("--network starts its own two brokers: not with other run kinds or TLS/SASL")

@@ -176,6 +176,11 @@ class LoadRun:
     def check_done(self) -> None:
         if self.received >= self.total and (self.presettled or self.settled_out >= self.total):
             self.done.set()
+        elif (self.outcomes and self.settled_out >= self.total
+              and self.received + sum(self.outcomes.values()) >= self.total):
+            # Every outcome is in and the messages not accepted (released, rejected...) will not come:
+            # the run is over (a failed one), with no need to wait for the stall watchdog.
+            self.done.set()
 
     def progress(self) -> tuple:
         return (self.sent, self.received, self.settled_out, self.aborted, self.rx_bytes)

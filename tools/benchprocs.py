@@ -9,6 +9,7 @@ import tempfile
 from urllib.parse import urlparse
 
 import click
+import trio
 
 from tools import daemons
 
@@ -100,6 +101,77 @@ def start_line(hops: int) -> list:
             r.stop()
         raise
     return routers
+
+
+# How often RssSampler reads the routers' memory: often enough to catch the peak of a large message's
+# passage (it lasts seconds), rarely enough to cost nothing (a read of /proc/PID/status is ~20 µs).
+RSS_SAMPLE_SECONDS = 0.05
+
+
+def process_memory_kb(pid: int) -> tuple[int, int] | None:
+    """(VmRSS, VmHWM) of a process in KiB from /proc/PID/status, or None when unreadable. VmHWM is the
+    peak resident size over the process's whole life (proc(5))."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    rss = hwm = None
+    for line in data.splitlines():
+        if line.startswith(b"VmRSS:"):
+            rss = int(line.split()[1])
+        elif line.startswith(b"VmHWM:"):
+            hwm = int(line.split()[1])
+    return None if rss is None or hwm is None else (rss, hwm)
+
+
+class RssSampler:
+    """Samples the resident memory of one or more processes (the routers of a run) while a load runs:
+    each one's RSS at the start, the highest RSS seen, and VmHWM at the end, in MiB."""
+
+    def __init__(self, pids):
+        self.pids = list(pids) if isinstance(pids, (list, tuple)) else [pids]
+        self.start: dict = {}
+        self.peak: dict = {}
+        for pid in self.pids:
+            m = process_memory_kb(pid)
+            if m is not None:
+                self.start[pid] = self.peak[pid] = m[0]
+
+    def sample(self) -> None:
+        for pid in self.pids:
+            m = process_memory_kb(pid)
+            if m is not None and m[0] > self.peak.get(pid, 0):
+                self.peak[pid] = m[0]
+
+    async def run(self) -> None:
+        """Sample until cancelled."""
+        while True:
+            self.sample()
+            await trio.sleep(RSS_SAMPLE_SECONDS)
+
+    def result(self) -> dict:
+        """``router_rss_mb``: per process, {start, peak, growth, hwm} (MiB, one decimal); a single
+        process's figures also at the top level as ``router_rss_start_mb`` etc."""
+        self.sample()
+        per = []
+        for pid in self.pids:
+            m = process_memory_kb(pid)
+            if pid not in self.start:
+                continue
+            per.append({"pid": pid, "start": _mib(self.start[pid]), "peak": _mib(self.peak[pid]),
+                        "growth": _mib(self.peak[pid] - self.start[pid]),
+                        "hwm": _mib(m[1]) if m is not None else None})
+        out: dict = {"router_rss_mb": per}
+        if per:
+            out["router_rss_start_mb"] = round(sum(p["start"] for p in per), 1)
+            out["router_rss_peak_mb"] = round(sum(p["peak"] for p in per), 1)
+            out["router_rss_growth_max_mb"] = max(p["growth"] for p in per)
+        return out
+
+
+def _mib(kib: int) -> float:
+    return round(kib / 1024, 1)
 
 
 class BenchError(Exception):

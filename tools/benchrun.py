@@ -16,6 +16,7 @@ import trio
 from tools.benchclient import (
     CLIENT_MAX_FRAME, BenchHandler, LoadRun, MessageTemplate, Receiver, Sender,
 )
+from tools.benchprocs import RssSampler
 from wire import raw
 from wire.connection import ConnectionSettings, EngineConnection
 from wire.driver import open_stream, run_connection, serve_listener
@@ -62,8 +63,8 @@ def split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-async def _watch(run: LoadRun, deadline: float) -> None:
-    """Stop a run that stalls (no progress for STALL_SECONDS) or reaches the overall deadline."""
+async def _watch(run: LoadRun, deadline: float, stall_seconds: float = STALL_SECONDS) -> None:
+    """Stop a run that stalls (no progress for ``stall_seconds``) or reaches the overall deadline."""
     last = run.progress()
     last_change = trio.current_time()
     while not run.done.is_set():
@@ -79,14 +80,14 @@ async def _watch(run: LoadRun, deadline: float) -> None:
         p = run.progress()
         if p != last:
             last, last_change = p, now
-        elif now - last_change >= STALL_SECONDS:
-            run.errors.append(f"no progress for {STALL_SECONDS:.0f} s (sent {run.sent}, received "
+        elif now - last_change >= stall_seconds:
+            run.errors.append(f"no progress for {stall_seconds:.0f} s (sent {run.sent}, received "
                               f"{run.received}, outcomes {run.settled_out})")
             run.done.set()
             return
 
 
-class _Connections:
+class ClientConnections:
     """The client connections of one run and how many of their driver tasks are still running.
     ``security`` (tools.security.Security): TLS and SASL login for every connection, or None."""
 
@@ -100,10 +101,14 @@ class _Connections:
         stream = await open_stream(host, port, self.tls)
         engine = EngineConnection(handler, client_settings(name, **self.sasl), server=False,
                                   remote_host=f"{host}:{port}")
+        self.adopt(stream, engine, nursery)
+        return engine
+
+    def adopt(self, stream, engine: EngineConnection, nursery) -> None:
+        """Drive ``engine`` over an already connected ``stream`` as one of these connections."""
         self.engines.append(engine)
         self.running += 1
         nursery.start_soon(self._drive, stream, engine)
-        return engine
 
     async def _drive(self, stream, engine: EngineConnection) -> None:
         try:
@@ -138,22 +143,27 @@ async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, me
                        presettled: bool, window: int, address: str, warmup: int, deadline: float,
                        router_pid: int | None = None, durable: bool = False,
                        source_address: str | None = None, rx_host: str | None = None,
-                       rx_port: int | None = None, records: str | None = None, security=None) -> dict:
+                       rx_port: int | None = None, records: str | None = None, security=None,
+                       stall_seconds: float = STALL_SECONDS) -> dict:
     """S senders and R receivers on separate connections to a router (or broker) at host:port, one
     address (``source_address``, when given, is the receivers' address: RabbitMQ names one queue
     differently for its senders and receivers). ``rx_host``/``rx_port``: the receivers attach to another
     router of a mesh (the inter-router hops bench); ``router_pid`` may then be a list of pids.
     ``records``: write client flow records (sent, received, settled) into this directory; every message
     then gets its own message-id (slower: a comparison run, not a throughput figure). ``security``: a
-    tools.security.Security for TLS and SASL on every connection."""
+    tools.security.Security for TLS and SASL on every connection. ``stall_seconds``: how long the run may
+    show no progress before it is stopped (a huge message may sit in a router for a while)."""
     run = LoadRun(messages, warmup, size, presettled, router_pid)
+    sampler = RssSampler(router_pid) if router_pid else None
     pid = os.getpid()
     if records:
         run.recorder = FlowRecorder(records, f"tdbench-{pid}")
     handler = BenchHandler(run)
-    conns = _Connections(security)
+    conns = ClientConnections(security)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_watch, run, deadline)
+        nursery.start_soon(_watch, run, deadline, stall_seconds)
+        if sampler is not None:
+            nursery.start_soon(sampler.run)
         if run.recorder is not None:
             nursery.start_soon(run.recorder.run)
         try:
@@ -181,7 +191,10 @@ async def run_via_peer(host: str, port: int, *, senders: int, receivers: int, me
         nursery.cancel_scope.cancel()  # the recorder's task: it writes what is left as it stops
     if run.recorder is not None:
         run.recorder.close()
-    return run.result()
+    result = run.result()
+    if sampler is not None:
+        result.update(sampler.result())
+    return result
 
 
 async def run_direct(*, senders: int, messages: int, size: int, presettled: bool, window: int, address: str,
@@ -203,7 +216,7 @@ async def run_direct(*, senders: int, messages: int, size: int, presettled: bool
         server_engines.append(e)
         return e
 
-    conns = _Connections()
+    conns = ClientConnections()
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(serve_listener, "127.0.0.1", 0, make_engine)
         port = listeners[0].socket.getsockname()[1]
