@@ -44,12 +44,16 @@ class BrokerSite:
     """wire.httpmgmt.Site for one HTTP acceptor of the broker."""
 
     realm = "tdbroker"
+    kind = "broker"
 
     def __init__(self, broker, cfg):
         self.broker = broker
         self.cfg = cfg
         self.security = cfg.security if cfg.security_enabled else None
         self._memo = _CredentialMemo()
+
+    def node_id(self) -> str:
+        return self.broker.name
 
     def authenticate(self, request: HttpRequest, credentials) -> Principal | HttpResponse:
         security = self.security

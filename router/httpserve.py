@@ -111,6 +111,7 @@ class RouterSite:
     """wire.httpmgmt.Site for one HTTP listener of the router."""
 
     realm = "tdrouterd"
+    kind = "router"
 
     def __init__(self, router, agent, entity, *, users=None, services=None, config=None, relay=None):
         self.router = router
@@ -122,6 +123,9 @@ class RouterSite:
         self.relay = relay
         self.require_login = bool(entity.get("authenticatePeer"))
         self._memo = _CredentialMemo()
+
+    def node_id(self) -> str:
+        return self.router.id
 
     # -- who -----------------------------------------------------------------------------------------
     def authenticate(self, request: HttpRequest, credentials) -> Principal | HttpResponse:

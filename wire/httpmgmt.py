@@ -12,8 +12,8 @@ log in, what they may do, the metrics, readiness, how a management request reach
   ``{"status", "description", "body"}`` (login and the right to manage);
 * ``GET /api/ws``: WebSocket; each text message is such a request with an ``id``, answered with the
   response and the same ``id`` (login at the upgrade);
-* ``GET /api/whoami``: the logged-in user and whether they may manage (the console hides CREATE/DELETE
-  otherwise);
+* ``GET /api/whoami``: the logged-in user, whether they may manage (the console hides CREATE/DELETE
+  otherwise), and what serves the page (``kind`` router or broker, its ``id``);
 * anything else: the console's static files.
 
 A JSON management request names the AMQP management request's application properties (``operation``,
@@ -76,6 +76,10 @@ class Site(Protocol):
     """What a daemon gives its ConsoleApp."""
 
     realm: str
+    kind: str   # "router" or "broker": which pages the console shows
+
+    def node_id(self) -> str:
+        """The router id or broker name."""
 
     def authenticate(self, request: HttpRequest, credentials: tuple[str, str] | None) -> Principal | HttpResponse:
         """The principal, or the response refusing the request (401 without valid credentials where a
@@ -184,7 +188,8 @@ class ConsoleApp:
     async def _handle(self, request: HttpRequest, principal: Principal) -> HttpResponse:
         path, method = request.path, request.method
         if path == WHOAMI_PATH:
-            return json_response(200, {"user": principal.user, "mayManage": principal.may_manage})
+            return json_response(200, {"user": principal.user, "mayManage": principal.may_manage,
+                                       "kind": self.site.kind, "id": self.site.node_id()})
         if path == METRICS_PATH and self.serve_metrics:
             if method not in ("GET", "HEAD"):
                 return _not_allowed("GET")

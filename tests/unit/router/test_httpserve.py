@@ -146,7 +146,7 @@ async def test_login_required_with_authenticate_peer():
     assert (await app.handle(request("GET", "/metrics", user="mallory"))).status == 401
     assert (await app.handle(request("GET", "/metrics", user="alice"))).status == 200
     resp = await app.handle(request("GET", "/api/whoami", user="alice"))
-    assert json.loads(resp.body) == {"user": "alice", "mayManage": True}
+    assert json.loads(resp.body) == {"user": "alice", "mayManage": True, "kind": "router", "id": "R1"}
     # /healthz asks for no login (a probe has none); it tells nothing but ready or not
     assert (await app.handle(request("GET", "/healthz"))).status == 200
 
