@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 import time
 from typing import Callable
@@ -564,7 +565,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# The exit status of a process that wrote into a pipe nobody reads (128 + SIGPIPE), as shells report it for
+# C tools that SIGPIPE kills.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
 def main(argv=None) -> None:
+    """tdstat's entry point. Output into a pipe whose reader has gone (``tdstat -l | head``) ends tdstat
+    quietly, as it ends other Unix tools, instead of with a BrokenPipeError."""
+    try:
+        _main(argv)
+    except BrokenPipeError:
+        # Python ignores SIGPIPE, so the write raised; standard output is pointed at /dev/null so that the
+        # interpreter's final flush of what is still buffered does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        sys.exit(EXIT_BROKEN_PIPE)
+
+
+def _main(argv) -> None:
     opts = parser().parse_args(argv)
     if opts.view is None:
         opts.view = "general"
@@ -583,9 +603,12 @@ def main(argv=None) -> None:
         code = 2
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        raise   # main's
     except Exception as exc:  # connection refused, timeout: one line, not a traceback
         print(f"tdstat: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = 1
+    sys.stdout.flush()   # what is still buffered meets a closed pipe here, inside main's handler
     sys.exit(code)
 
 
