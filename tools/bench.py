@@ -339,7 +339,7 @@ def format_report(rep: dict) -> str:
               help="Also run the same load sender-to-receiver without a router.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--duration-limit", default=120.0, show_default=True, type=click.FloatRange(1),
-              help="Stop the whole run after this many seconds (each load, with --brokered).")
+              help="Stop the whole run after this many seconds (each load, with --brokered; each phase, with --scale).")
 @click.option("--brokered", is_flag=True,
               help=f"producer -> router -> tdbroker -> router -> consumer, durable and not "
                    f"(default {BROKERED_MESSAGES} messages).")
@@ -408,7 +408,8 @@ def main(senders, receivers, messages, size, presettled, window, address, router
             else LOAD_MESSAGES
         try:
             rep = run_scale(connections=connections, links_per_connection=links_per_connection, rounds=rounds,
-                            messages=n, router=router_url, router_pid=router_pid, profile=profile)
+                            messages=n, router=router_url, router_pid=router_pid, profile=profile,
+                            phase_seconds=duration_limit)
         except (BenchError, ScaleError) as exc:
             click.echo(f"tdbench: {exc}", err=True)
             sys.exit(2)
