@@ -17,9 +17,31 @@ import time
 
 import click
 
-# Exit statuses: 0 fine, 1 the audit found faults beyond the tolerance, 2 bad usage or no records.
+# Exit statuses: 0 fine, 1 the audit found faults beyond the tolerance, 2 bad usage, no records, or the
+# flow extra not installed.
 EXIT_FAULTS = 1
 EXIT_USAGE = 2
+
+#: The top-level modules of pyproject.toml's ``flow`` extra (py4j comes with pyspark): what tdflow imports
+#: only when a command runs, so that a missing one is said in words rather than as ModuleNotFoundError.
+FLOW_EXTRA_MODULES = ("pyspark", "py4j", "numpy", "pyarrow", "matplotlib")
+INSTALL_FLOW_EXTRA = ("pip install 'trio-dispatch[flow]' (in a checkout: .venv/bin/pip install -e '.[flow]'; "
+                      "make test installs it too); Spark also needs Java 17")
+
+
+class _FlowCommands(click.Group):
+    """tdflow's commands: a missing module of the flow extra ends the command with how to install it."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            package = (exc.name or "").split(".")[0]
+            if package not in FLOW_EXTRA_MODULES:
+                raise
+            click.echo(f"tdflow: {package} is not installed: tdflow needs the flow extra: {INSTALL_FLOW_EXTRA}",
+                       err=True)
+            sys.exit(EXIT_USAGE)
 
 
 def parse_time(value: str | None) -> int | None:
@@ -93,7 +115,7 @@ def common(f):
     return f
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_FlowCommands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """tdflow: where did every message go, how long did it take, was anything lost or duplicated."""
 
