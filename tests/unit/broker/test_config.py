@@ -101,9 +101,7 @@ FULL = core("""
           <peer address-match="orders.#"/>
           <sender queue-name="news.sub1"/>
           <receiver address-match="inbox.*"/>
-          <mirror queue-removal="false" durable="false" address-filter="orders,!orders.tmp">
-             <property key="k" value="v"/>
-          </mirror>
+          <mirror queue-removal="false" durable="false" address-filter="orders,!orders.tmp"/>
           <federation>
              <local-address-policy name="p1"><include address-match="news.#"/></local-address-policy>
           </federation>
@@ -161,7 +159,7 @@ def test_full_file_every_element():
     mirror = conn.elements[3].attrs
     assert mirror == {"message-acknowledgements": True, "queue-creation": True, "queue-removal": False,
                       "durable": False, "sync": False, "source-mirror-address": None,
-                      "address-filter": "orders,!orders.tmp", "properties": {"k": "v"}}
+                      "address-filter": "orders,!orders.tmp", "properties": {}}
     fed = conn.elements[4]
     assert "local-address-policy" in fed.attrs["xml"] and fed.line == line_of(FULL, "<federation>")
 
