@@ -254,7 +254,9 @@ def router_metrics(dispatch, router_id: str) -> str:
                   dict(base, outcome=outcome))
     m.add("memory_resident_bytes", "gauge", "Resident set size of the process.", resident_bytes(), base)
     by_role: dict[tuple, int] = {}
+    remote_of: dict = {}   # connection identity -> the peer's container id (a router's id, a broker's name)
     for row in management_rows(dispatch, "connection"):
+        remote_of[row.get("identity")] = row.get("container") or ""
         key = (row.get("role") or "normal", row.get("dir") or "in")
         by_role[key] = by_role.get(key, 0) + 1
     for (role, direction), n in sorted(by_role.items()):
@@ -267,7 +269,7 @@ def router_metrics(dispatch, router_id: str) -> str:
     for row in management_rows(dispatch, "router.link"):
         labels = dict(base, link=row.get("identity"), link_name=row.get("linkName"), link_type=row.get("linkType"),
                       dir=row.get("linkDir"), address=row.get("owningAddr") or "", connection=row.get("connectionId"),
-                      peer=row.get("peer") or "")
+                      remote=remote_of.get(row.get("connectionId"), ""))
         for name, kind, attr, help_text in _LINK_FAMILIES:
             m.add(name, kind, help_text, row.get(attr), labels)
         for outcome, _, attr in _OUTCOMES:
