@@ -203,6 +203,38 @@ def _rules_router(ent: Entity, label: str) -> None:
         ent.attrs["name"] = rid
 
 
+#: failoverUrls schemes (Dispatch's: ``[(amqp|amqps|ws|wss)://]host_or_ip[:port]``) and their default ports.
+FAILOVER_SCHEMES = {"amqp": 5672, "amqps": 5671, "ws": 80, "wss": 443}
+
+
+def failover_server_list(urls: str) -> list[dict]:
+    """Dispatch's listener ``failoverUrls`` (comma separated ``[scheme://]host[:port]``) as the entries of the
+    OPEN property ``failover-server-list``: ``{"network-host", "port", "scheme"?}`` each (values strings, as
+    Dispatch sends them; a port missing from the URL is its scheme's, amqp's without one). ValueError names
+    the URL that is not of that form."""
+    entries = []
+    for url in (u.strip() for u in urls.split(",")):
+        if not url:
+            raise ValueError(f"empty URL in {urls!r}; write [amqp|amqps|ws|wss://]host[:port], comma separated")
+        scheme, sep, rest = url.partition("://")
+        if not sep:
+            scheme, rest = "", url
+        elif scheme not in FAILOVER_SCHEMES:
+            raise ValueError(f"{url!r}: scheme {scheme!r} is none of {', '.join(FAILOVER_SCHEMES)}")
+        if rest.startswith("["):   # [IPv6]:port
+            host, _, port = rest[1:].partition("]")
+            port = port[1:] if port.startswith(":") else port
+        else:
+            host, _, port = rest.rpartition(":") if ":" in rest else (rest, "", "")
+        if not host or any(c in host for c in "/@ ") or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+            raise ValueError(f"{url!r} is not [amqp|amqps|ws|wss://]host[:port]")
+        entry = {"network-host": host, "port": port or str(FAILOVER_SCHEMES[scheme or "amqp"])}
+        if scheme:
+            entry["scheme"] = scheme
+        entries.append(entry)
+    return entries
+
+
 def _rules_connection(ent: Entity, label: str) -> None:
     if ent.type == "connector" and ent["retryMaxDelaySeconds"] < ent["retryDelaySeconds"]:
         raise _err(ent, "retryMaxDelaySeconds",
@@ -210,6 +242,11 @@ def _rules_connection(ent: Entity, label: str) -> None:
                    f"retryDelaySeconds {ent['retryDelaySeconds']}")
     if ent["name"] is None:
         ent.attrs["name"] = f"{ent.type}/{ent['host']}:{ent['port']}"
+    if ent.type == "listener" and ent["failoverUrls"] is not None:
+        try:
+            failover_server_list(ent["failoverUrls"])
+        except ValueError as e:
+            raise _err(ent, "failoverUrls", f"{label}: failoverUrls: {e}") from None
     if ent.type == "listener" and ent["http"]:
         _rules_http_listener(ent, label)
 

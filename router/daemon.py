@@ -21,10 +21,11 @@ import signal
 import sys
 
 import click
+import proton
 import trio
 
 from router import httpserve, schema
-from router.config import ConfigError, RouterConfig, load_config
+from router.config import ConfigError, RouterConfig, failover_server_list, load_config
 from router.budget import (DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTION_BUFFERED_BYTES,
                            DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS, BufferBudget)
 from router.core import Router
@@ -41,6 +42,9 @@ from router.security import RouterSecurity, resolve_secret
 
 log = logging.getLogger("router.daemon")
 
+#: The OPEN property that lists where a client may reconnect (schema.RESERVED_OPEN_PROPERTIES keeps
+#: openProperties from setting it).
+FAILOVER_SERVER_LIST = "failover-server-list"
 # How long shutdown waits for peers to answer our close frames.
 SHUTDOWN_GRACE_SECONDS = 3.0
 DEFAULT_CONFIG = "conf/router.conf"
@@ -55,7 +59,7 @@ def _settings(router: Router, entity, *, server: bool, security: RouterSecurity 
     a = entity.attrs
     sec = (security or RouterSecurity()).connection_kwargs("listener" if server else "connector", entity)
     tls = sec.pop("tls")
-    return router.connection_settings(
+    settings = router.connection_settings(
         role=a.get("role") or "normal",
         name=a.get("name") or "",
         max_frame_size=int(a.get("maxFrameSize") or 16384),
@@ -69,7 +73,13 @@ def _settings(router: Router, entity, *, server: bool, security: RouterSecurity 
         sasl_username=None if server else a.get("saslUsername"),
         sasl_password=None if server else resolve_secret(a.get("saslPassword")),
         **sec,
-    ), tls
+    )
+    if server and a.get("failoverUrls"):
+        # Where a client may reconnect (Dispatch's listener failoverUrls, sent as its server.c sends them:
+        # OPEN property failover-server-list, a list of maps with symbol keys).
+        settings.properties[FAILOVER_SERVER_LIST] = [{proton.symbol(k): v for k, v in entry.items()}
+                                                     for entry in failover_server_list(a["failoverUrls"])]
+    return settings, tls
 
 
 def check_config(cfg: RouterConfig) -> RouterSecurity:
@@ -301,7 +311,7 @@ def main(config_path: str) -> None:
         check_reachable(cfg)
         policy = policy_from_config(cfg)
         check_listener_vhosts(cfg, policy)
-        configure_logging(cfg.logs)
+        configure_logging(cfg.logs, cfg.router)
     except LocatedError as exc:   # ConfigError is one
         click.echo(str(exc), err=True)
         sys.exit(EXIT_CONFIG_REFUSED)

@@ -13,6 +13,7 @@ import logging
 import logging.handlers
 import socket
 import sys
+import time
 
 from wire.errors import LocatedError
 from wire.logformat import OneLineFormatter
@@ -126,9 +127,11 @@ def _output_handler(output: str | None) -> logging.Handler:
     return logging.FileHandler(output, encoding="utf-8")
 
 
-def configure_logging(log_entities) -> None:
+def configure_logging(log_entities, router_entity=None) -> None:
     """Levels, timestamps, source locations and outputs from the ``log`` sections: DEFAULT's go to the root
-    logger, another module's output (when it names one) replaces DEFAULT's for that module."""
+    logger, another module's output (when it names one) replaces DEFAULT's for that module. The router
+    section's ``timestampFormat`` (strftime; default: ``2026-11-25 02:41:07,907``) and ``timestampsInUTC``
+    (default: local time) shape every timestamp."""
     logging.addLevelName(5, "TRACE")
     logging.addLevelName(25, "NOTICE")
     default = {"includeTimestamp": True, "includeSource": False, "outputFile": None}
@@ -142,8 +145,14 @@ def configure_logging(log_entities) -> None:
         else:
             specific.append((MODULES.get(module, module.lower()), entity))
 
+    date_format = router_entity.get("timestampFormat") if router_entity is not None else None
+    utc = bool(router_entity.get("timestampsInUTC")) if router_entity is not None else False
+
     def formatter(include_ts, include_source) -> OneLineFormatter:
-        return OneLineFormatter(log_format(include_ts, include_source))
+        made = OneLineFormatter(log_format(include_ts, include_source), datefmt=date_format)
+        if utc:
+            made.converter = time.gmtime
+        return made
 
     def opened(output, entity) -> logging.Handler:
         try:

@@ -290,8 +290,8 @@ _ROUTER = _entity("router", "router", [
     Attr("saslConfigName", "string", "qdrouterd", doc="SASL configuration name (the file <name>.conf)."),
     Attr("allowResumableLinkRoute", "boolean", True, status=PENDING,
          doc="Allow link routes for durable or expiring termini."),
-    Attr("timestampsInUTC", "boolean", False, status=PENDING, doc="Log timestamps in UTC instead of local time."),
-    Attr("timestampFormat", "string", status=PENDING, doc="strftime format for log timestamps."),
+    Attr("timestampsInUTC", "boolean", False, doc="Log timestamps in UTC instead of local time."),
+    Attr("timestampFormat", "string", doc="strftime format for log timestamps (default: 2026-11-25 02:41:07,907)."),
     Attr("metadata", "string", doc="Free text describing this router; not interpreted."),
     Attr("allowUnsettledMulticast", "boolean", False, status=DEPRECATED,
          doc="Deprecated in Dispatch; unsettled multicast is always allowed."),
@@ -369,8 +369,9 @@ _LISTENER = _entity("listener", "listener", [
          doc="Disconnect a client that has not completed the AMQP and SASL handshake (its OPEN) "
              "within this many seconds of connecting (0 = no limit, Dispatch's default)."),
     Attr("multiTenant", "boolean", False, status=REFUSED, doc="Prefix addresses with the vhost."),
-    Attr("failoverUrls", "string", legacy=("failoverList",), status=PENDING,
-         doc="Comma separated failover URLs sent to clients in OPEN."),
+    Attr("failoverUrls", "string", legacy=("failoverList",),
+         doc="Comma separated [amqp|amqps|ws|wss://]host[:port] URLs sent to clients in OPEN's "
+             "failover-server-list property."),
     Attr("http", "boolean", False, doc="Serve HTTP instead of AMQP on this port: the web console, /metrics, "
          "/healthz and management as JSON (docs/console.md)."),
     Attr("websockets", "boolean", True, doc="Allow the WebSocket management endpoint /api/ws (http only)."),

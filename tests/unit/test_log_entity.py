@@ -36,9 +36,9 @@ def restore_logging():
             logger.setLevel(logging.NOTSET)
 
 
-def _configure(log_section: str):
-    cfg = parse_config(ROUTER + log_section, "r.conf")
-    configure_logging(cfg.logs)
+def _configure(log_section: str, router: str = ROUTER):
+    cfg = parse_config(router + log_section, "r.conf")
+    configure_logging(cfg.logs, cfg.router)
 
 
 def test_the_broker_logs_in_the_routers_layout():
@@ -93,3 +93,23 @@ def test_a_module_section_has_its_own_output_and_layout(tmp_path, capsys):
     # includeTimestamp is inherited from DEFAULT (no), includeSource is the module's own
     assert re.fullmatch(r"INFO router\.core\.x: core line \(.*\.py:\d+\)", core), core
     assert capsys.readouterr().err.splitlines()[-1] == "INFO router.test: other line"
+
+
+def test_router_timestamp_format_and_utc(capsys, monkeypatch):
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")   # UTC+14: local time is never UTC's date and hour
+    import time
+
+    time.tzset()
+    try:
+        _configure("log {\n    module: DEFAULT\n}\n",
+                   router="router {\n    id: R\n    timestampFormat: %Y-%m-%dT%H:%M:%SZ\n"
+                          "    timestampsInUTC: yes\n}\n")
+        before = time.gmtime()
+        logging.getLogger("router.test").info("hello")
+        after = time.gmtime()
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    stamp, rest = capsys.readouterr().err.splitlines()[-1].split(" ", 1)
+    assert rest == "INFO router.test: hello"
+    assert time.strftime("%Y-%m-%dT%H:%M:%SZ", before) <= stamp <= time.strftime("%Y-%m-%dT%H:%M:%SZ", after)
