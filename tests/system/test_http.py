@@ -15,6 +15,7 @@ from proton import Message
 
 from tests.system.brokerharness import TIMEOUT, BrokerProcess, send_messages
 from tests.system.harness import run_daemon_expecting_failure
+from tests.system.meshharness import Mesh
 from wire.users import Users
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request as WsRequest, TextMessage
@@ -178,3 +179,21 @@ def test_broker_http_requires_a_login_when_security_is_enabled(broker_factory, t
     assert http(port, "/metrics", auth=("admin", "wrong"))[0] == 401
     status, _, body = http(port, "/api/management", query, auth=("admin", "secret"))
     assert status == 200 and ["orders"] == [r[0] for r in json.loads(body)["body"]["results"]]
+
+
+def test_management_of_another_router_through_the_mesh(tmp_path):
+    """``node`` sends the request over the mesh to _topo/0/<node>/$management; the answer comes back."""
+    mesh = Mesh(tmp_path)
+    try:
+        mesh.add("A", sections=HTTP_LISTENER % "")
+        mesh.add("B", connect={"A": 1})
+        mesh.wait_converged()
+        port = mesh["A"].ports["web"]
+        status, _, body = http(port, "/api/management", {"operation": "QUERY", "entityType": "router",
+                                                        "attributeNames": ["id"], "node": "B"})
+        assert status == 200 and json.loads(body)["body"]["results"] == [["B"]]
+        status, _, body = http(port, "/api/management", {"operation": "QUERY", "entityType": "router",
+                                                        "node": "Nowhere"})
+        assert status == 404, body
+    finally:
+        mesh.stop_all()

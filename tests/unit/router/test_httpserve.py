@@ -10,7 +10,7 @@ import pytest
 
 from router.config import ConfigError, parse_config
 from router.core import Router
-from router.httpserve import RouterSite, router_health
+from router.httpserve import RouterSite, relay_for, router_health
 from router.management import ManagementAgent
 from router.policy import Policy, vhost_from_attrs
 from tests.unit.enginepair import RouterHarness, settle
@@ -191,3 +191,21 @@ async def test_metrics_healthz_and_websockets_can_be_switched_off():
     assert (await off.handle(request("GET", "/metrics"))).status == 404
     assert (await off.handle(request("GET", "/healthz"))).status == 404
     assert off.websocket_paths == ()
+
+
+async def test_websocket_upgrade_asks_for_the_same_login():
+    app, _ = make("yes", users=alice_users())
+    assert app.websocket_refusal(request("GET", "/api/ws")).status == 401
+    assert app.websocket_refusal(request("GET", "/api/ws", user="alice", password="bad")).status == 401
+    assert app.websocket_refusal(request("GET", "/api/ws", user="alice")) is None
+
+
+async def test_a_request_for_a_router_not_in_the_mesh_is_404():
+    cfg = parse_config(CONF % "no")
+    router = Router("R1", clock=lambda: 1000.0)
+    agent = ManagementAgent(router, config=cfg, clock=lambda: 1000.0)
+    app = ConsoleApp(RouterSite(router, agent, cfg.listeners[0], config=cfg, relay=relay_for(router)))
+    resp = await app.handle(request("POST", "/api/management", {"operation": "QUERY", "entityType": "router",
+                                                                "node": "Elsewhere"}))
+    assert resp.status == 404 and "not reachable" in json.loads(resp.body)["description"]
+    assert relay_for(router) is relay_for(router)   # one relay endpoint per router
