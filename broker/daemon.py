@@ -94,10 +94,12 @@ def make_recorder(broker: Broker, cfg: BrokerConfig):
     fr = cfg.flow_records
     if fr is None:
         return None
-    from wire.flowrecords import FlowRecorder
+    from wire.flowrecords import FlowRecorder, FlowRecordError
 
     try:
         return FlowRecorder(fr.directory, broker.name, sample=fr.sample, rotate_mb=fr.rotate_mb)
+    except FlowRecordError as exc:   # the directory cannot be made or written
+        raise LocatedError(cfg.path, fr.line, f"<flow-records>: {exc}") from None
     except OSError as exc:
         raise LocatedError(cfg.path, fr.line, f"<flow-records> {fr.directory}: {exc.strerror or exc}") from None
 

@@ -179,3 +179,23 @@ def test_make_run_stops_both_and_exits_with_the_failing_daemons_status(tmp_path,
     assert "Traceback" not in proc.stderr, proc.stderr
     assert _only_line(proc.stderr, str(where)).endswith(f"127.0.0.1:{taken_port}: Address already in use")
     assert f"make run: {failing} exited with status {EXIT_STARTUP_FAILED}; stopped the other" in proc.stderr
+
+
+def test_broker_flow_records_directory_that_cannot_be_made(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    xml = _broker_xml(tmp_path, _free_port())
+    xml.write_text(xml.read_text().replace("</acceptors>", f'</acceptors>\n<flow-records directory="{blocker}/flows"/>'))
+    status, stderr = run_expecting_failure(BROKER, xml, timeout=TIMEOUT, cwd=REPO_ROOT)
+    assert status == EXIT_STARTUP_FAILED, stderr
+    line = _only_line(stderr, str(xml))
+    assert line.startswith(f"{xml}:9: <flow-records>: ") and "Not a directory" in line, line
+
+
+def test_router_flow_records_directory_that_cannot_be_made_is_a_refused_configuration(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    conf = _router_conf(tmp_path, _free_port(), extra=f"flowRecords {{\n    directory: {blocker}/flows\n}}\n")
+    status, stderr = run_expecting_failure(ROUTER, conf, timeout=TIMEOUT, cwd=REPO_ROOT)
+    assert status == EXIT_CONFIG_REFUSED, stderr
+    assert "Not a directory" in _only_line(stderr, f"{conf}:9: flowRecords: ")
