@@ -30,6 +30,7 @@ from broker.fedruntime import run_federation
 from broker.netruntime import NetworkConnectorTask
 from broker.runtime import BridgeTask, BrokerRuntime
 from broker.security import ACCEPTOR_MECHANISMS
+from broker.journal_io import JournalError
 from broker.server import Broker
 from broker.xmlschema import load_tree, split_tag
 from wire.driver import shut_down_on_signal
@@ -133,6 +134,8 @@ async def run_broker(cfg: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED)
         broker.open_journal()
     except OSError as exc:
         raise storage_failure(cfg, exc) from None
+    except JournalError as exc:   # another broker holds it, or recovery found what it may not truncate
+        raise LocatedError(cfg.path, element_line(cfg, "journal-directory"), f"<journal-directory>: {exc}") from None
     attach_management(broker)
     broker.recorder = make_recorder(broker, cfg)
     try:

@@ -199,3 +199,19 @@ def test_router_flow_records_directory_that_cannot_be_made_is_a_refused_configur
     status, stderr = run_expecting_failure(ROUTER, conf, timeout=TIMEOUT, cwd=REPO_ROOT)
     assert status == EXIT_CONFIG_REFUSED, stderr
     assert "Not a directory" in _only_line(stderr, f"{conf}:9: flowRecords: ")
+
+
+def test_broker_journal_held_by_another_broker(tmp_path):
+    from tests.system.brokerharness import BrokerProcess
+
+    first = BrokerProcess(_broker_xml(tmp_path, 0), tmp_path).start()
+    try:
+        second = tmp_path / "second"
+        second.mkdir()
+        xml = _broker_xml(second, 0, journal=str(tmp_path / "journal"))
+        status, stderr = run_expecting_failure(BROKER, xml, timeout=TIMEOUT, cwd=REPO_ROOT)
+    finally:
+        assert first.stop() == 0
+    assert status == EXIT_STARTUP_FAILED, stderr
+    assert _only_line(stderr, str(xml)) == (f"{xml}:5: <journal-directory>: {tmp_path / 'journal'}: journal is in "
+                                            "use by another process")
