@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import trio
 
 from wire import management as wm
-from wire.http import (PROMETHEUS_TYPE, HttpRequest, HttpResponse, WebSocketSession, basic_credentials,
+from wire.http import (JSON_TYPE, PROMETHEUS_TYPE, HttpRequest, HttpResponse, WebSocketSession, basic_credentials,
                        json_response, static_file, text_response, to_json, unauthorized)
 
 log = logging.getLogger("wire.httpmgmt")
@@ -199,6 +199,9 @@ class ConsoleApp:
         if path == MANAGEMENT_PATH:
             if method != "POST":
                 return _not_allowed("POST")
+            refusal = _cross_site_refusal(request)
+            if refusal is not None:
+                return refusal
             try:
                 obj = json.loads(request.body)
             except (ValueError, UnicodeDecodeError) as exc:
@@ -235,6 +238,8 @@ class ConsoleApp:
 
     # -- WebSocket ------------------------------------------------------------------------------------
     def websocket_refusal(self, request: HttpRequest) -> HttpResponse | None:
+        if not _same_origin(request):
+            return text_response(403, "forbidden: cross-origin WebSocket\n")
         principal = self._principal(request)
         if isinstance(principal, HttpResponse):
             return principal
@@ -259,6 +264,26 @@ class ConsoleApp:
                 await session.send(to_json(answer))
         finally:
             principal.done()
+
+
+def _same_origin(request: HttpRequest) -> bool:
+    """A browser names the page's origin in ``Origin``; a request from another site's page must not use the
+    credentials the browser keeps for this one (tools send no Origin and are not affected)."""
+    origin = request.header("origin")
+    if origin is None:
+        return True
+    return origin.split("://", 1)[-1].rstrip("/") == (request.header("host") or "")
+
+
+def _cross_site_refusal(request: HttpRequest) -> HttpResponse | None:
+    """Management changes things: a POST must be JSON (another site's page cannot send that without a CORS
+    preflight, which is never answered) and, from a browser, from this origin."""
+    ctype = (request.header("content-type") or "").split(";")[0].strip().lower()
+    if ctype != JSON_TYPE:
+        return text_response(415, "a management request is Content-Type: application/json\n")
+    if not _same_origin(request):
+        return text_response(403, "forbidden: cross-origin request\n")
+    return None
 
 
 def _not_allowed(allowed: str) -> HttpResponse:

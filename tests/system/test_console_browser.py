@@ -249,7 +249,18 @@ def test_console_shows_the_mesh_its_traffic_and_a_router_leaving(world):
     roles = browser.evaluate("Array.from(document.querySelectorAll('#connections tbody tr td:nth-child(3)'))"
                              ".map(td => td.textContent)")
     assert "edge" in roles and roles.count("inter-router") == 2, roles
-    assert browser.evaluate("!!document.getElementById('create-form')")   # anonymous may manage here
+    # CREATE and DELETE from the page, as tdmanage does them (anonymous may manage on this listener).
+    browser.evaluate("(() => { const f = document.getElementById('create-form').elements;"
+                     " f['type'].value = 'address'; f['name'].value = 'console-made';"
+                     " f['attributes'].value = 'prefix=console\\ndistribution=multicast';"
+                     " document.getElementById('create-form').requestSubmit(); return true; })()")
+    row = "Array.from(document.querySelectorAll('#config-address tbody tr')).find(tr => tr.firstChild.textContent === 'console-made')"
+    browser.wait_for(f"!!({row})", "the address created from the page", show="document.getElementById('action-result') && "
+                     "document.getElementById('action-result').textContent")
+    assert browser.evaluate(f"({row}).children[1].textContent") == "console"
+    browser.evaluate(f"({row}).querySelector('button.delete').click() || true")
+    browser.wait_for(f"!({row}) && document.getElementById('action-result').textContent.includes('204')",
+                     "the address deleted from the page", show="document.getElementById('action-result').textContent")
 
     # The broker's page, served by tdbroker's HTTP acceptor.
     browser.goto(f"http://127.0.0.1:{broker.ports['web']}/?interval=500")

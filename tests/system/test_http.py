@@ -36,6 +36,8 @@ def http(port: int, path: str, body=None, auth: tuple | None = None) -> tuple[in
     """(status, content type, body) of one request."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method="POST" if data else "GET")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
     if auth is not None:
         req.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
     try:

@@ -41,7 +41,7 @@ def make(authenticate="no", policy=None, users=None):
 
 
 def request(method, path, body=None, user=None, password="pw"):
-    headers = {}
+    headers = {"content-type": "application/json"} if body is not None else {}
     if user is not None:
         headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     data = json.dumps(body).encode() if body is not None else b""
@@ -209,3 +209,21 @@ async def test_a_request_for_a_router_not_in_the_mesh_is_404():
                                                                 "node": "Elsewhere"}))
     assert resp.status == 404 and "not reachable" in json.loads(resp.body)["description"]
     assert relay_for(router) is relay_for(router)   # one relay endpoint per router
+
+
+async def test_another_sites_page_cannot_use_management():
+    """Cross-site request forgery: a form post (not JSON) or another Origin is refused before the agent."""
+    app, _ = make()
+    create = {"operation": "CREATE", "type": "router.config.address", "name": "evil", "body": {"prefix": "x"}}
+    form = request("POST", "/api/management", create)
+    form.headers["content-type"] = "text/plain"
+    assert (await app.handle(form)).status == 415
+    foreign = request("POST", "/api/management", create)
+    foreign.headers.update(origin="http://evil.example", host="127.0.0.1:8672")
+    assert (await app.handle(foreign)).status == 403
+    same = request("POST", "/api/management", create)
+    same.headers.update(origin="http://127.0.0.1:8672", host="127.0.0.1:8672")
+    assert json.loads((await app.handle(same)).body)["status"] == 201
+    ws = request("GET", "/api/ws")
+    ws.headers.update(origin="http://evil.example", host="127.0.0.1:8672")
+    assert app.websocket_refusal(ws).status == 403

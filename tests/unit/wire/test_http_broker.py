@@ -44,7 +44,7 @@ def test_what_an_http_acceptor_cannot_do_is_refused_at_its_line(uri, words):
 
 
 def request(method, path, body=None, user=None, password="pw"):
-    headers = {}
+    headers = {"content-type": "application/json"} if body is not None else {}
     if user is not None:
         headers["authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     return HttpRequest(method, path, {}, headers, json.dumps(body).encode() if body is not None else b"", "127.0.0.1:1")
