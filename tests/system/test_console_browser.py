@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -42,6 +41,7 @@ if not os.path.exists(CHROMIUM):
     pytest.skip(f"{CHROMIUM} is not installed (.ci/install-chromium installs Debian's)", allow_module_level=True)
 
 
+STATUS_JS = "document.getElementById('status') && document.getElementById('status').textContent"
 NODES_JS = ("JSON.stringify(Array.from(document.querySelectorAll('#topology g.node'))"
             ".map(g => [g.dataset.kind, g.dataset.id]).sort())")
 
@@ -131,7 +131,7 @@ class Browser:
             if value:
                 return value
             if time.monotonic() > deadline:
-                status = self.evaluate("document.getElementById('status') && document.getElementById('status').textContent")
+                status = self.evaluate(STATUS_JS)
                 raise AssertionError(f"the page did not show {what} within {timeout:g} s (last value {value!r}, "
                                      f"page status {status!r}, showing {self.evaluate(show)!r})")
             time.sleep(0.2)
@@ -230,12 +230,13 @@ def test_console_shows_the_mesh_its_traffic_and_a_router_leaving(world):
     assert json.loads(shown) == expected
 
     # Quiet, the A-C connection carries only management's own few requests a second.
-    quiet = browser.wait_for(f"(() => {{ const r = {edge_rate_js('A', 'C')}; return r !== null && r < 20 && String(r); }})()",
+    rate = edge_rate_js("A", "C")
+    quiet = browser.wait_for(f"(() => {{ const r = {rate}; return r !== null && r < 20 && String(r); }})()",
                              "a quiet A-C connection")
     consumer = Consumer(mesh.url("C"), "traffic", credit=100).start()
     producer = Producer(mesh.url("A"), "traffic", count=200_000, interval=0.002).start()
     try:
-        busy = browser.wait_for(f"(() => {{ const r = {edge_rate_js('A', 'C')}; return r !== null && r > 100 && String(r); }})()",
+        busy = browser.wait_for(f"(() => {{ const r = {rate}; return r !== null && r > 100 && String(r); }})()",
                                 "the A-C rate rising under traffic")
         assert float(busy) > float(quiet) + 80
     finally:
@@ -254,13 +255,14 @@ def test_console_shows_the_mesh_its_traffic_and_a_router_leaving(world):
                      " f['type'].value = 'address'; f['name'].value = 'console-made';"
                      " f['attributes'].value = 'prefix=console\\ndistribution=multicast';"
                      " document.getElementById('create-form').requestSubmit(); return true; })()")
-    row = "Array.from(document.querySelectorAll('#config-address tbody tr')).find(tr => tr.firstChild.textContent === 'console-made')"
-    browser.wait_for(f"!!({row})", "the address created from the page", show="document.getElementById('action-result') && "
-                     "document.getElementById('action-result').textContent")
+    row = ("Array.from(document.querySelectorAll('#config-address tbody tr'))"
+           ".find(tr => tr.firstChild.textContent === 'console-made')")
+    result = "document.getElementById('action-result') && document.getElementById('action-result').textContent"
+    browser.wait_for(f"!!({row})", "the address created from the page", show=result)
     assert browser.evaluate(f"({row}).children[1].textContent") == "console"
     browser.evaluate(f"({row}).querySelector('button.delete').click() || true")
     browser.wait_for(f"!({row}) && document.getElementById('action-result').textContent.includes('204')",
-                     "the address deleted from the page", show="document.getElementById('action-result').textContent")
+                     "the address deleted from the page", show=result)
 
     # The broker's page, served by tdbroker's HTTP acceptor.
     browser.goto(f"http://127.0.0.1:{broker.ports['web']}/?interval=500")
@@ -273,4 +275,5 @@ def test_console_shows_the_mesh_its_traffic_and_a_router_leaving(world):
     mesh["C"].kill()
     browser.wait_for(f"(() => {{ const n = {NODES_JS}; return !n.includes('\"C\"') && n.includes('\"A\"') && n; }})()",
                      "C vanishing", timeout=VANISH_TIMEOUT)
-    assert browser.evaluate("document.querySelectorAll('#topology g.edge[data-to=\"C\"], #topology g.edge[data-from=\"C\"]').length") == 0
+    edges_of_c = "#topology g.edge[data-to=\"C\"], #topology g.edge[data-from=\"C\"]"
+    assert browser.evaluate(f"document.querySelectorAll('{edges_of_c}').length") == 0
