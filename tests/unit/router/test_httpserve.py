@@ -227,3 +227,11 @@ async def test_another_sites_page_cannot_use_management():
     ws = request("GET", "/api/ws")
     ws.headers.update(origin="http://evil.example", host="127.0.0.1:8672")
     assert app.websocket_refusal(ws).status == 403
+
+
+async def test_management_cannot_create_an_http_listener():
+    app, _ = make()
+    resp = await app.handle(request("POST", "/api/management", {"operation": "CREATE", "type": "listener", "name": "w",
+                                                                "body": {"port": 0, "http": True}}))
+    answer = json.loads(resp.body)
+    assert answer["status"] == 400 and "cannot be created through management" in answer["description"]
