@@ -146,10 +146,6 @@ class Forwarder:
         self._mcast_unsettled: set = set()
         self._dirty: list = []  # outgoing links with deliveries queued in this batch
         self._output_rechecks: list = []  # connections with blocked output that settled in this batch
-        # Balanced deliveries sent unsettled to a neighbour router: InDelivery -> (address, connection),
-        # so that the address's count for that neighbour falls when the copy settles or fails
-        # (router/meshforward.py weighs neighbours by it, as Dispatch's outstanding_deliveries).
-        self.outstanding_remote: dict = {}
         self.dropped_presettled = 0
         self.deliveries_no_route = 0
         self.rejected_unavailable = 0
@@ -493,11 +489,8 @@ class Forwarder:
         ind = ol.unsettled.pop(d, None)
         if ol.engine.output_blocked:
             self._recheck_output(ol.conn)
-        tracked = self.outstanding_remote
-        if tracked:
-            entry = tracked.pop(ind, None)
-            if entry is not None:
-                self._no_longer_outstanding(entry)
+        if ind is not None and ind.remote_addr is not None:
+            self.remote_settled(ind)
         if state == ACCEPTED and ind is not None and not ind.multicast:
             # The common case, inlined: an anycast copy accepted and settled by its consumer.
             ol.accepted += 1
@@ -599,7 +592,7 @@ class Forwarder:
         _delivery_settle(in_ptr)
         if ol is None:  # a multicast outcome: its copies are settled already
             return
-        if self.outstanding_remote:
+        if ind.remote_addr is not None:
             self.remote_settled(ind)
         if ol.unsettled.pop(od, None) is not None:
             if ol.engine.output_blocked:
@@ -729,9 +722,8 @@ class Forwarder:
         # have reached a consumer and been processed, so the producer hears modified (delivery-failed),
         # never released ("not delivered", AMQP 1.0 §3.4.4), which would invite a duplicate; as Dispatch
         # does for deliveries in flight on a lost link (router_core/connections.c).
-        tracked = self.outstanding_remote
         for ind in unsettled.values():
-            if tracked:
+            if ind.remote_addr is not None:
                 self.remote_settled(ind)
             ind.copies -= 1
             self._copy_done(ind, MODIFIED, None)
@@ -742,9 +734,8 @@ class Forwarder:
         edge); what it has sent stays unsettled on it until its peer answers."""
         q = ol.undelivered
         ol.undelivered = type(q)()
-        tracked = self.outstanding_remote
         for ind in q:
-            if tracked:
+            if ind.remote_addr is not None:
                 self.remote_settled(ind)
             ind.copies -= 1
             ind.buffered -= 1
@@ -752,16 +743,15 @@ class Forwarder:
             if ind.buffered == 0:
                 self.left_buffer(ind)
 
-    def remote_settled(self, ind: InDelivery) -> None:
-        """A balanced copy sent to a neighbour router settled or failed: it no longer weighs that
-        neighbour (see ``outstanding_remote``)."""
-        entry = self.outstanding_remote.pop(ind, None)
-        if entry is not None:
-            self._no_longer_outstanding(entry)
-
     @staticmethod
-    def _no_longer_outstanding(entry) -> None:
-        addr, conn = entry
+    def remote_settled(ind: InDelivery) -> None:
+        """A balanced copy sent to a neighbour router settled or failed: it no longer weighs that
+        neighbour (``InDelivery.remote_addr``)."""
+        addr = ind.remote_addr
+        if addr is None:
+            return
+        conn = ind.remote_conn
+        ind.remote_addr = ind.remote_conn = None
         outstanding = addr.outstanding
         n = outstanding[conn] - 1
         if n:

@@ -143,7 +143,7 @@ class InDelivery:
     """
 
     __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast", "ra", "mesh_msg", "flow",
-                 "size", "held")
+                 "size", "held", "remote_addr", "remote_conn")
 
     def __init__(self, ptr, link: RouterLink, msg: bytes):
         self.ptr = ptr
@@ -163,3 +163,8 @@ class InDelivery:
         self.ra = None
         self.mesh_msg = None
         self.flow = None  # the message-id string when flow records sample this message
+        # A balanced copy sent unsettled to a neighbour router: the address whose count for the neighbour's
+        # connection it adds to (``Address.outstanding``, as Dispatch's outstanding_deliveries) until it
+        # settles or fails (Forwarder.remote_settled); None otherwise.
+        self.remote_addr = None
+        self.remote_conn = None

@@ -227,10 +227,10 @@ class MeshForwarding:
             # One neighbour: nothing to weigh now, but what is outstanding there weighs later choices.
             targets = remote
             if ind.ptr is not None:
-                conn = remote[0].conn
+                conn = ind.remote_conn = remote[0].conn
+                ind.remote_addr = addr
                 outstanding = addr.outstanding
                 outstanding[conn] = outstanding.get(conn, 0) + 1
-                self.forwarder.outstanding_remote[ind] = (addr, conn)
         else:
             chosen = self._pick_balanced_mesh(ind, addr, rlinks, remote)
             if chosen is None:  # no router behind these links is reached through here from its ingress
@@ -242,18 +242,20 @@ class MeshForwarding:
         # Transit: each copy sent to another router, counted by the router that sends it (Dispatch 1.19
         # forwarder.c), so every router along a path counts it, the ingress router too.
         to_routers = 0
+        annotate = False
         for ol in targets:
             if ol.inter_router:
                 to_routers += 1
+            if ol.annotate_out:
+                annotate = True
         if to_routers:
             addr.deliveries_transit += to_routers
             self.deliveries_transit += to_routers
-        for ol in targets:
-            if ol.annotate_out:
-                ind.mesh_msg = self.annotated(ind, addr, ind.msg)
-                if ind.msg[2:3] == b"\x70":  # a header: its priority picks the data link (§4.2)
-                    targets = self._by_priority(targets, ind.msg)
-                break
+        if annotate:
+            msg = ind.msg
+            ind.mesh_msg = self.annotated(ind, addr, msg)
+            if msg[2:3] == b"\x70":  # a header: its priority picks the data link (§4.2)
+                targets = self._by_priority(targets, msg)
         self.forwarder.enqueue(ind, targets)
 
     @staticmethod
@@ -392,9 +394,10 @@ class MeshForwarding:
     def _outstanding_at(self, ind: InDelivery, addr: Address, conn) -> None:
         """An unsettled balanced copy goes to the neighbour on ``conn``: it weighs that neighbour until it
         settles or fails (Forwarder.remote_settled)."""
+        ind.remote_addr = addr
+        ind.remote_conn = conn
         outstanding = addr.outstanding
         outstanding[conn] = outstanding.get(conn, 0) + 1
-        self.forwarder.outstanding_remote[ind] = (addr, conn)
 
     @staticmethod
     def _closest_remote(addr: Address, remote: list):
