@@ -116,7 +116,10 @@ def test_a_daemon_without_a_listener_is_refused_and_a_tool_gets_its_own_error(tm
         failure = ToolError
 
     conf = tmp_path / "quiet.conf"
-    conf.write_text("router {\n    mode: standalone\n    id: Quiet\n}\n")
+    # a connector only (a router with neither listener nor connector is refused at start-up): ready, but
+    # with no listener to report
+    conf.write_text("router {\n    mode: standalone\n    id: Quiet\n}\nconnector {\n    host: 127.0.0.1\n"
+                    "    port: 1\n}\n")
     d = ToolDaemon(ROUTER, conf)
     with pytest.raises(ToolError, match="was ready without reporting a listener"):
         d.start()
