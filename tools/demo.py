@@ -52,6 +52,8 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from tools.daemons import BROKER, ROUTER, DaemonProcess
+from tools.democonf import (BROKER_XML, DEMO_BROKER_XML, LINK_ROUTE_ROUTER_CONF, PEER_CONNECTION, ROUTER_CONF,
+                             WAYPOINT_ROUTER_CONF, broker_flow, router_flow)
 from tools.demoshow import DEAD_LETTER_QUEUE, BrokerView, RouterView, Workspace
 from tools.security import PROTON_DEFAULT_MECHANISMS, Security, SecurityOptionError, click_security_options
 from wire.flowrecords import FlowRecorder
@@ -62,25 +64,9 @@ BLOCKED_SECONDS = 2.0
 STEP_TIMEOUT_SECONDS = 30.0
 READY_TIMEOUT_SECONDS = 15.0
 _PROGRAMS = {ROUTER.module: ROUTER, BROKER.module: BROKER}
-ROUTER_CONF = """\
-router {
-    mode: standalone
-    id: Demo.Router
-}
-listener {
-    host: 127.0.0.1
-    port: 0
-    role: normal
-    authenticatePeer: no
-    saslMechanisms: ANONYMOUS
-}
-log {
-    module: DEFAULT
-    enable: warning+
-}
-"""
-
-
+# The configurations live in tools/democonf.py; re-exported here, where the system tests import them from.
+__all__ = ["BROKER_XML", "DEMO_BROKER_XML", "LINK_ROUTE_ROUTER_CONF", "PEER_CONNECTION", "ROUTER_CONF",
+           "WAYPOINT_ROUTER_CONF", "Daemon", "ReceiveAll", "SendAll", "main", "say"]
 def say(who: str, text: str) -> None:
     click.echo(f"{time.strftime('%H:%M:%S')}  {who:<9} {text}")
 
@@ -311,7 +297,7 @@ def brokerless(count: int, address: str, router_url: str | None, records: str | 
                                    "itself listens without TLS or logins")
         workspace = _workspace(keep)
         with workspace as tmp, workspace.daemon_factory(Daemon)(
-                "router.daemon", "router.conf", ROUTER_CONF + _router_flow(records), tmp) as router:
+                "router.daemon", "router.conf", ROUTER_CONF + router_flow(records), tmp) as router:
             say("router", f"tdrouterd started on 127.0.0.1:{router.port} (no broker)")
             demo = Brokerless(f"amqp://127.0.0.1:{router.port}", address, count, records, reject_every)
             _run_brokerless(demo)
@@ -435,75 +421,6 @@ class ReceiveAll(_Bounded):
             self.finish()
 
 
-WAYPOINT_ROUTER_CONF = ROUTER_CONF + """address {
-    prefix: queue
-    waypoint: yes
-}
-"""
-
-BROKER_XML = """<?xml version="1.0" encoding="UTF-8"?>
-<configuration xmlns="urn:activemq">
-<core xmlns="urn:activemq:core">
-  <name>demo-broker</name>
-  <journal-directory>{journal}</journal-directory>
-  <acceptors>
-    <acceptor name="amqp">tcp://127.0.0.1:0?protocols=AMQP</acceptor>
-  </acceptors>
-  <addresses>
-    <address name="{queue}"><anycast><queue name="{queue}"/></anycast></address>
-    <address name="DLQ"><anycast><queue name="DLQ"/></anycast></address>
-  </addresses>
-  <address-settings>
-    <address-setting match="#">
-      <dead-letter-address>DLQ</dead-letter-address>
-      <auto-create-queues>true</auto-create-queues>
-    </address-setting>
-  </address-settings>
-  {connections}
-</core>
-</configuration>
-"""
-
-PEER_CONNECTION = """<broker-connections>
-    <amqp-connection uri="tcp://127.0.0.1:{port}" name="my-router" retry-interval="200">
-      <peer address-match="queue"/>
-    </amqp-connection>
-  </broker-connections>"""
-
-LINK_ROUTE_ROUTER_CONF = ROUTER_CONF + """connector {
-    name: my-broker
-    host: 127.0.0.1
-    port: BROKER_PORT
-    role: route-container
-    retryDelaySeconds: 0.2
-}
-linkRoute {
-    prefix: test
-    direction: in
-    connection: my-broker
-}
-linkRoute {
-    prefix: test
-    direction: out
-    connection: my-broker
-}
-"""
-
-
-def _router_flow(records: str | None) -> str:
-    """With --records the router writes its own records (ingress/egress/settle) beside the clients'."""
-    if not records:
-        return ""
-    return f"flowRecords {{\n    directory: {os.path.abspath(records)}\n}}\n"
-
-
-def _broker_flow(records: str | None) -> str:
-    """With --records the broker writes store/deliver/settle records too."""
-    if not records:
-        return ""
-    return f'<flow-records directory="{os.path.abspath(records)}"/>\n  '
-
-
 # Whose credit the producer gets, as the narration says it (docs/demos.md).
 WAYPOINT_CREDIT = ("from the router (its linkCapacity): phase 0 of 'queue' has a destination, the broker's "
                    "receiving link, so the router lends credit and forwards each message to the broker")
@@ -574,11 +491,11 @@ def brokered(count: int, records: str | None, reject_every: int, keep: str | Non
     workspace = _workspace(keep)
     daemon = workspace.daemon_factory(Daemon)
     with workspace as tmp, \
-            daemon("router.daemon", "router.conf", WAYPOINT_ROUTER_CONF + _router_flow(records), tmp) as router:
+            daemon("router.daemon", "router.conf", WAYPOINT_ROUTER_CONF + router_flow(records), tmp) as router:
         say("router", f"tdrouterd on 127.0.0.1:{router.port}; address 'queue' is a waypoint: producers send into "
                       "phase 0, consumers receive phase 1, and the broker's queue sits between the two")
-        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="queue",
-                                connections=_broker_flow(records) + PEER_CONNECTION.format(port=router.port))
+        xml = DEMO_BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="queue",
+                                connections=broker_flow(records) + PEER_CONNECTION.format(port=router.port))
         with daemon("broker.daemon", "broker.xml", xml, tmp) as broker:
             say("broker", "tdbroker attached to the router as a peer for 'queue': its receiving link consumes "
                           "phase 0 into the queue, its sending link produces phase 1 from it")
@@ -599,12 +516,12 @@ def linkroute(count: int, records: str | None, reject_every: int, keep: str | No
     workspace = _workspace(keep)
     daemon = workspace.daemon_factory(Daemon)
     with workspace as tmp:
-        xml = BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="test.queue",
-                                connections=_broker_flow(records))
+        xml = DEMO_BROKER_XML.format(journal=os.path.join(tmp, "journal"), queue="test.queue",
+                                connections=broker_flow(records))
         with daemon("broker.daemon", "broker.xml", xml, tmp) as broker:
             say("broker", f"tdbroker on 127.0.0.1:{broker.port}")
             with daemon("router.daemon", "router.conf",
-                        LINK_ROUTE_ROUTER_CONF.replace("BROKER_PORT", str(broker.port)) + _router_flow(records),
+                        LINK_ROUTE_ROUTER_CONF.replace("BROKER_PORT", str(broker.port)) + router_flow(records),
                         tmp) as router:
                 say("router", f"tdrouterd on 127.0.0.1:{router.port}, connector 'my-broker', "
                               "link routes for 'test' in and out")
