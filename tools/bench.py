@@ -371,11 +371,14 @@ def format_report(rep: dict) -> str:
               help="With --scale: idle client connections.")
 @click.option("--links-per-connection", default=10, show_default=True, type=click.IntRange(0),
               help="With --scale: links on each idle connection (half receivers, half senders).")
+@click.option("--heartbeats/--no-heartbeats", default=True, show_default=True,
+              help="With --scale: the idle connections keep Dispatch's 16 s idle time-out (heartbeats both ways); "
+                   "--no-heartbeats sets none on either side, to tell per-second from per-message costs.")
 @click.option("--profile", type=click.Path(dir_okay=False),
               help="With --scale: record the router with py-spy (raw format) during the load with everything open.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
          direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, network, mirror, hops,
-         large, rounds, scale, connections, links_per_connection, profile, security_opts) -> None:
+         large, rounds, scale, connections, links_per_connection, heartbeats, profile, security_opts) -> None:
     """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run.
 
     TLS (an amqps:// --router or any --ssl-* option) and SASL (--sasl-*) apply to the connections to the
@@ -409,7 +412,7 @@ def main(senders, receivers, messages, size, presettled, window, address, router
         try:
             rep = run_scale(connections=connections, links_per_connection=links_per_connection, rounds=rounds,
                             messages=n, router=router_url, router_pid=router_pid, profile=profile,
-                            phase_seconds=duration_limit)
+                            phase_seconds=duration_limit, heartbeats=heartbeats)
         except (BenchError, ScaleError) as exc:
             click.echo(f"tdbench: {exc}", err=True)
             sys.exit(2)

@@ -39,7 +39,7 @@ import proton
 import trio
 
 from tools.benchclient import process_cpu_seconds
-from tools.benchprocs import RouterProcess, parse_router_url, process_memory_kb
+from tools.benchprocs import DEFAULT_ROUTER_CONFIG, RouterProcess, parse_router_url, process_memory_kb
 from tools.benchrun import ClientConnections, client_settings, run_via_peer
 from wire import raw
 from wire.connection import ConnectionHandler, EngineConnection
@@ -57,6 +57,8 @@ IDLE_SECONDS = 5.0
 # Descriptors this process needs besides one per connection (the load's connections, stdio, the py-spy
 # pipe, the router's stderr file...).
 SPARE_FDS = 64
+# How many lost idle connections have their reason kept.
+CLOSE_REASONS_KEPT = 1000
 PHASE_SECONDS = 600.0  # the default limit of each phase (--duration-limit)
 # py-spy samples per second with --profile (its default, 100, gives too few for a load of a few seconds).
 PROFILE_RATE = 500
@@ -88,6 +90,7 @@ class IdleHandler(ConnectionHandler):
         self.links_total = 0
         self.errors: list[str] = []
         self.closed = 0
+        self.close_reasons: dict = {}  # reason -> count, over the first CLOSE_REASONS_KEPT closes
         self.deliveries = 0
 
     def on_connection_open(self, conn: EngineConnection) -> None:
@@ -113,6 +116,11 @@ class IdleHandler(ConnectionHandler):
 
     def on_connection_close(self, conn: EngineConnection) -> None:
         self.closed += 1
+        # Why (the first few): the router's close condition, or the transport's error (an idle time-out).
+        if len(self.close_reasons) < CLOSE_REASONS_KEPT:
+            name, description = raw.connection_remote_condition(raw.pointer(conn.connection))
+            why = f"{name}: {description}" if name else (conn.error or "socket closed")
+            self.close_reasons[why] = self.close_reasons.get(why, 0) + 1
 
 
 def attach_idle_links(engine: EngineConnection, index: int, count: int) -> None:
@@ -185,8 +193,14 @@ class _Phase:
                 f"{self.name}_client_busy": round(self.client_cpu / self.seconds, 2) if self.seconds > 0 else None}
 
 
+def no_heartbeat_router_config() -> str:
+    """The bench router with no idle time-out on its listener: neither side asks for heartbeats."""
+    return DEFAULT_ROUTER_CONFIG.replace("    saslMechanisms: ANONYMOUS\n",
+                                         "    saslMechanisms: ANONYMOUS\n    idleTimeoutSeconds: 0\n")
+
+
 async def _round(host: str, port: int, pid: int, connections: int, links: int, messages: int,
-                 profile: str | None, phase_seconds: float) -> dict:
+                 profile: str | None, phase_seconds: float, heartbeats: bool = True) -> dict:
     out: dict = {"connections": connections, "links": connections * links, "errors": []}
     out["load_before"] = await _load(host, port, pid, messages, phase_seconds)
     handler = IdleHandler()
@@ -196,8 +210,10 @@ async def _round(host: str, port: int, pid: int, connections: int, links: int, m
         engines: list[EngineConnection] = []
 
         async def connect(i: int) -> None:
-            engine = EngineConnection(handler, client_settings(f"tdbench-scale-{os.getpid()}-{i}"), server=False,
-                                      remote_host=f"{host}:{port}")
+            settings = client_settings(f"tdbench-scale-{os.getpid()}-{i}")
+            if not heartbeats:
+                settings.idle_timeout_seconds = 0
+            engine = EngineConnection(handler, settings, server=False, remote_host=f"{host}:{port}")
             stream = await trio.open_tcp_stream(host, port)
             engines.append(engine)
             conns.adopt(stream, engine, nursery)
@@ -254,6 +270,7 @@ async def _round(host: str, port: int, pid: int, connections: int, links: int, m
             out["rss_after_load_mb"] = _rss_mb(pid)
         out["errors"] += handler.errors
         out["connections_lost"] = handler.closed
+        out["close_reasons"] = dict(handler.close_reasons)  # before our own closes below add theirs
         out["unexpected_deliveries"] = handler.deliveries
         await conns.finish(nursery)
     return out
@@ -281,10 +298,13 @@ def _stop_profile(spy: subprocess.Popen) -> None:
 def run_scale(*, connections: int = DEFAULT_CONNECTIONS, links_per_connection: int = DEFAULT_LINKS_PER_CONNECTION,
               rounds: int = 1, messages: int = LOAD_MESSAGES, router: str | None = None,
               router_pid: int | None = None, profile: str | None = None,
-              phase_seconds: float = PHASE_SECONDS) -> dict:
-    """Run ``rounds`` rounds (each with a router of its own unless ``router`` is given); the report dict."""
+              phase_seconds: float = PHASE_SECONDS, heartbeats: bool = True) -> dict:
+    """Run ``rounds`` rounds (each with a router of its own unless ``router`` is given); the report dict.
+    ``heartbeats=False``: no idle time-out on either side of the idle connections (the router started here
+    gets ``idleTimeoutSeconds: 0``), which takes the per-second cost of their heartbeats out of the figures."""
     limit = raise_fd_limit(connections + SPARE_FDS)
     report: dict = {"kind": "scale", "connections": connections, "links_per_connection": links_per_connection,
+                    "heartbeats": heartbeats,
                     "open_files_limit": limit, "rounds": []}
     for n in range(rounds):
         proc = None
@@ -293,11 +313,11 @@ def run_scale(*, connections: int = DEFAULT_CONNECTIONS, links_per_connection: i
                 host, port = parse_router_url(router)
                 pid = router_pid
             else:
-                proc = RouterProcess().start()
+                proc = RouterProcess(None if heartbeats else no_heartbeat_router_config()).start()
                 host, port, pid = "127.0.0.1", proc.port, proc.pid
             path = f"{profile}.{n}" if profile and rounds > 1 else profile  # PATH[.round].phase
             report["rounds"].append(trio.run(_round, host, port, pid, connections, links_per_connection,
-                                             messages, path, phase_seconds))
+                                             messages, path, phase_seconds, heartbeats))
         finally:
             if proc is not None:
                 proc.stop()
@@ -308,7 +328,7 @@ def run_scale(*, connections: int = DEFAULT_CONNECTIONS, links_per_connection: i
             if phase in r:
                 problems += [f"{phase}: {e}" for e in r[phase]["errors"]]
         if r["connections_lost"]:
-            problems.append(f"{r['connections_lost']} idle connections were lost")
+            problems.append(f"{r['connections_lost']} idle connections were lost: {r['close_reasons']}")
         if r["unexpected_deliveries"]:
             problems.append(f"{r['unexpected_deliveries']} deliveries reached idle links")
     report["problems"] = problems
@@ -335,7 +355,8 @@ def format_scale(rep: dict) -> str:
         return _mr([r[phase][key] if phase in r else None for r in rs], digits)
 
     lines = [f"tdbench --scale: {rep['connections']} connections x {rep['links_per_connection']} links "
-             f"({rep['connections'] * rep['links_per_connection']} links), {len(rs)} round(s); median (range)",
+             f"({rep['connections'] * rep['links_per_connection']} links"
+             f"{'' if rep.get('heartbeats', True) else ', no heartbeats'}), {len(rs)} round(s); median (range)",
              f"connections/s {col('connection_per_s', 0)}; router CPU per connection {col('router_cpu_us_per_connection', 0)} "
              f"us (router busy {col('connect_router_busy', 2)}, client busy {col('connect_client_busy', 2)})",
              f"router RSS per connection {col('rss_per_connection_kb')} KiB",

@@ -47,3 +47,11 @@ def test_rss_sampler_reads_this_process():
     assert m["growth"] >= 30 and m["peak"] <= m["hwm"]
     assert out["router_rss_growth_max_mb"] == m["growth"]
     del ballast
+
+
+def test_no_heartbeats_router_config_sets_no_idle_timeout_on_the_listener():
+    from tools.benchscale import no_heartbeat_router_config
+
+    conf = no_heartbeat_router_config()
+    listener = conf[conf.index("listener {"):]
+    assert "idleTimeoutSeconds: 0" in listener
