@@ -163,6 +163,6 @@ def test_every_result_is_a_parquet_table_and_the_html_is_self_contained(generate
     text = summary_text(generated["small"], generated["out"])
     assert f"lost {generated['truth']['lost']}" in text
     page = html.render(generated["small"], text)
-    assert page.count("data:image/png;base64,") == 3
+    assert page.count("data:image/png;base64,") == 4  # latency distribution, path graph, path share, throughput
     assert "http://" not in page and "<script" not in page
     assert "queue.jobs" in page and "Delivery audit per address" in page

@@ -18,6 +18,9 @@ NS_PER_MS = 1_000_000.0
 PERCENTILES = (0.5, 0.95, 0.99)
 # percentile_approx accuracy: relative error about 1/accuracy; 10,000 is Spark's default.
 PERCENTILE_ACCURACY = 10_000
+# The latency histogram: bins per decade of ms (each about 12% wide) and the lowest bin's lower edge (1 µs).
+HISTOGRAM_BINS_PER_DECADE = 20
+HISTOGRAM_FLOOR_MS = 0.001
 # Link throughput buckets: the smallest "nice" width giving at most this many points per link.
 MAX_BUCKETS = 200
 NICE_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 600, 1800, 3600, 21600, 86400)
@@ -205,6 +208,39 @@ def latency_by_address(receipts: DataFrame) -> DataFrame:
 def latency_by_path(receipts: DataFrame) -> DataFrame:
     return (receipts.where(F.col("path") != "").groupBy("path", "router_hops")
             .agg(*_latency_aggs(F.col("e2e_ns"))).orderBy(F.desc("count"), "path"))
+
+
+def latency_histogram(receipts: DataFrame) -> DataFrame:
+    """Per address, the end-to-end latencies in log-spaced bins (HISTOGRAM_BINS_PER_DECADE per decade of
+    ms, from HISTOGRAM_FLOOR_MS up): the latency distribution the report draws as a CDF. A latency below
+    the floor (or negative: the clocks of two machines disagree) counts in the lowest bin."""
+    ms = F.greatest(F.col("e2e_ns") / F.lit(NS_PER_MS), F.lit(HISTOGRAM_FLOOR_MS))
+    b = F.floor(F.log10(ms) * F.lit(HISTOGRAM_BINS_PER_DECADE)).cast("int")
+    h = receipts.groupBy("address", b.alias("bin")).agg(F.count(F.lit(1)).alias("count"))
+    return h.select("address", "bin",
+                    F.pow(F.lit(10.0), F.col("bin") / F.lit(HISTOGRAM_BINS_PER_DECADE)).alias("lo_ms"),
+                    F.pow(F.lit(10.0), (F.col("bin") + 1) / F.lit(HISTOGRAM_BINS_PER_DECADE)).alias("hi_ms"),
+                    "count").orderBy("address", "bin")
+
+
+def path_edges(m: DataFrame) -> DataFrame:
+    """Messages per step between two consecutive nodes of the paths (router to router, router to broker
+    and back): the edges of the mesh as the messages used it, for the report's picture of the paths."""
+    nodes = F.split(F.col("path"), " > ")
+    n = F.size(nodes)
+    pairs = F.when(n >= 2, F.transform(F.sequence(F.lit(2), n), lambda i: F.struct(
+        F.element_at(nodes, i - 1).alias("src"), F.element_at(nodes, i).alias("dst")))).otherwise(
+        F.array().cast("array<struct<src:string,dst:string>>"))
+    e = m.where(F.col("path") != "").select(F.explode(pairs).alias("e"))
+    return (e.groupBy(F.col("e.src").alias("src"), F.col("e.dst").alias("dst")).agg(F.count(F.lit(1)).alias("messages"))
+            .orderBy(F.desc("messages"), "src", "dst"))
+
+
+def entries(m: DataFrame) -> DataFrame:
+    """Messages per node where they entered the mesh (the first node of the path)."""
+    first = F.element_at(F.split(F.col("path"), " > "), 1)
+    return (m.where(F.col("path") != "").groupBy(first.alias("node")).agg(F.count(F.lit(1)).alias("messages"))
+            .orderBy(F.desc("messages"), "node"))
 
 
 def broker_residence(m: DataFrame) -> DataFrame:

@@ -73,11 +73,14 @@ def run_report(spark: SparkSession, opts: Options, out: str) -> dict:
     """Write every result table under ``out`` (Parquet), ``report.html``; return the small results."""
     # Two scans of the records: one grouped by message-id (cached: most results aggregate it), one grouped
     # by node, link, event and time bucket (cached, small: the per-node and per-link results).
+    t_start = time.monotonic()
     messages = _messages(_events(spark, opts), opts).persist(StorageLevel.MEMORY_AND_DISK)
     le = None
     try:
         span = messages.agg(F.min("first_ts").alias("lo"), F.max("last_ts").alias("hi"),
                             F.count(F.lit(1)).alias("n")).collect()[0]
+        if os.environ.get("TDFLOW_DEBUG"):
+            print(f"tdflow: records grouped by message-id {time.monotonic() - t_start:.1f} s", file=sys.stderr)
         if not span["n"]:
             raise NoRecords("no flow records with a message-id in the given paths and time window")
         bucket_s = opts.bucket_s or pipeline.choose_bucket_s(span["hi"] - span["lo"])
@@ -89,9 +92,12 @@ def run_report(spark: SparkSession, opts: Options, out: str) -> dict:
             "outcomes": pipeline.outcomes(messages),
             "latency_by_address": pipeline.latency_by_address(receipts),
             "latency_by_path": pipeline.latency_by_path(receipts),
+            "latency_histogram": pipeline.latency_histogram(receipts),
             "broker_residence": pipeline.broker_residence(messages),
             "hop_latency": pipeline.hop_latency(messages),
             "paths": pipeline.paths(messages),
+            "path_edges": pipeline.path_edges(messages),
+            "entries": pipeline.entries(messages),
             "hop_counts": pipeline.hop_counts(messages),
             "node_counts": pipeline.node_counts(le),
             "link_throughput": pipeline.link_throughput(le, bucket_s),
@@ -105,12 +111,14 @@ def run_report(spark: SparkSession, opts: Options, out: str) -> dict:
                 print(f"tdflow: {name} {time.monotonic() - t0:.1f} s", file=sys.stderr)
             if name != "link_throughput":
                 # Read back the written (aggregated, small) table rather than recomputing it.
-                small[name] = _rows(spark.read.parquet(target).orderBy(*_order(name)),
-                                    None if name in ("audit", "outcomes", "hop_counts") else 500)
+                small[name] = _rows(spark.read.parquet(target).orderBy(*_order(name)), _ROW_LIMITS.get(name, 500))
         lt = spark.read.parquet(_join(out, "link_throughput"))
         busiest = (lt.groupBy("node", "conn", "link", "direction").agg(F.sum("messages").alias("total"))
                    .orderBy(F.desc("total")).limit(PLOT_LINKS))
+        # time_us: the bucket's start as µs since the epoch (a collected timestamp would be in the driver's
+        # local time zone).
         small["link_throughput_top"] = _rows(lt.join(busiest, ["node", "conn", "link", "direction"])
+                                             .withColumn("time_us", F.unix_micros("time"))
                                              .orderBy("node", "link", "direction", "time"))
     finally:
         messages.unpersist()
@@ -121,6 +129,12 @@ def run_report(spark: SparkSession, opts: Options, out: str) -> dict:
     return small
 
 
+# Rows of each table the driver reads back for the page (None: all; the audit has one row per address). The
+# histogram has up to ~200 bins per address, the edges one row per pair of adjacent nodes.
+_ROW_LIMITS = {"audit": None, "outcomes": None, "hop_counts": None, "latency_histogram": 20_000,
+               "path_edges": 2_000}
+
+
 def _join(out: str, name: str) -> str:
     return f"{out.rstrip('/')}/{name}" if "://" in out else os.path.join(out, name)
 
@@ -129,6 +143,8 @@ def _order(name: str) -> list:
     return {
         "audit": ["address"], "outcomes": ["address", "side", "outcome"], "latency_by_address": ["address"],
         "latency_by_path": [F.desc("count"), "path"], "broker_residence": ["address", "broker"],
+        "latency_histogram": ["address", "bin"], "path_edges": [F.desc("messages"), "src", "dst"],
+        "entries": [F.desc("messages"), "node"],
         "hop_latency": [F.desc("count"), "hop"], "paths": [F.desc("count"), "path"],
         "hop_counts": ["router_hops"], "node_counts": ["role", "node"],
     }[name]
