@@ -1,7 +1,7 @@
 """``tdflow``: flow-record reports and audits on Spark, and a synthetic record generator.
 
-    tdflow report RECORDS... --out DIR [--master URL] [--since T] [--until T]
-    tdflow audit RECORDS... [--tolerance RATE]
+    tdflow report RECORDS... --out DIR [--master URL] [--conf KEY=VALUE] [--since T] [--until T]
+    tdflow audit RECORDS... [--tolerance RATE] [--master URL] [--conf KEY=VALUE]
     tdflow generate --out DIR --records N [--loss-rate R] [--dup-rate R] [--seed S]
 
 RECORDS are directories (searched recursively for ``*.jsonl``), files, or any URI Spark reads.
@@ -84,13 +84,30 @@ def _options(paths, since, until, multicast, include_open, bucket=None):
 
 _common = [
     click.argument("records", nargs=-1, required=True),
-    click.option("--master", default=None, help="Spark master URL (default local[2], or $TDFLOW_MASTER)."),
+    click.option("--master", default=None, help="Spark master URL (default local[2], or $TDFLOW_MASTER): "
+                                                "spark://HOST:7077 runs on a standalone cluster."),
+    click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", callback=lambda _c, _p, v: _conf(v),
+                 help="A Spark property, as spark-submit --conf (repeatable), e.g. "
+                      "spark.sql.shuffle.partitions=8 or spark.executor.memory=4g."),
     click.option("--since", default=None, help="Only messages sent at/after this time (ns, s or ISO 8601)."),
     click.option("--until", default=None, help="Only messages sent before this time."),
     click.option("--multicast", multiple=True, default=("multicast",), show_default=True,
                  help="Address prefix with multicast distribution (repeatable)."),
     click.option("--include-open", is_flag=True, help="Also read complete lines of .jsonl.part files."),
 ]
+
+
+def _conf(values) -> dict:
+    """``KEY=VALUE`` strings as a dict; a value without ``=`` or a key outside Spark's ``spark.`` namespace is
+    a usage error (a typo would otherwise be ignored by Spark)."""
+    conf = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.startswith("spark."):
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE with a spark.* key", param_hint="--conf")
+        conf[key] = value.strip()
+    return conf
 
 
 def _spark_errors(f):
@@ -125,7 +142,7 @@ def main() -> None:
 @click.option("--out", required=True, help="Output directory (Parquet tables, report.html).")
 @click.option("--bucket", type=float, default=None, help="Link throughput bucket in seconds (default: auto).")
 @_spark_errors
-def report(records, master, since, until, multicast, include_open, out, bucket):
+def report(records, master, spark_conf, since, until, multicast, include_open, out, bucket):
     """Delivery audit, latency, paths and throughput: Parquet tables, report.html and a summary."""
     opts = _options(records, since, until, multicast, include_open, bucket)
     from tools.tdflow import html
@@ -133,7 +150,9 @@ def report(records, master, since, until, multicast, include_open, out, bucket):
     from tools.tdflow.session import make_session
 
     started = time.monotonic()
-    spark = make_session(master)
+    spark = make_session(master, conf=spark_conf)
+    if os.environ.get("TDFLOW_DEBUG"):
+        click.echo(f"tdflow: session {time.monotonic() - started:.1f} s", err=True)
     try:
         small = run_report(spark, opts, out)
     except NoRecords as exc:
@@ -155,13 +174,13 @@ def report(records, master, since, until, multicast, include_open, out, bucket):
               help="Allowed fraction of sent messages lost, and separately duplicated, per address.")
 @click.option("--json", "as_json", is_flag=True, help="Print the audit rows as JSON.")
 @_spark_errors
-def audit(records, master, since, until, multicast, include_open, tolerance, as_json):
+def audit(records, master, spark_conf, since, until, multicast, include_open, tolerance, as_json):
     """Exit 1 when any address lost or duplicated more than the tolerance (a CI gate)."""
     opts = _options(records, since, until, multicast, include_open)
     from tools.tdflow.report import audit as run_audit, audit_failures
     from tools.tdflow.session import make_session
 
-    spark = make_session(master)
+    spark = make_session(master, conf=spark_conf)
     try:
         rows = run_audit(spark, opts)
     finally:

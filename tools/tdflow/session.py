@@ -14,8 +14,11 @@ DEFAULT_DRIVER_MEMORY = "3g"
 
 
 def make_session(master: str | None = None, app: str = "tdflow", *, shuffle_partitions: int | None = None,
-                 driver_memory: str = DEFAULT_DRIVER_MEMORY):
-    """A SparkSession for tdflow; python workers use this interpreter (PYSPARK_PYTHON)."""
+                 driver_memory: str = DEFAULT_DRIVER_MEMORY, conf: dict | None = None):
+    """A SparkSession for tdflow; python workers use this interpreter (PYSPARK_PYTHON).
+
+    ``conf``: Spark properties (``tdflow --conf KEY=VALUE``, as ``spark-submit --conf``), applied last, so
+    they override tdflow's own choices (e.g. ``spark.sql.shuffle.partitions`` on a small cluster)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -31,6 +34,8 @@ def make_session(master: str | None = None, app: str = "tdflow", *, shuffle_part
                .config("spark.ui.showConsoleProgress", "false"))
     if local:
         builder = builder.config("spark.driver.memory", driver_memory)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
