@@ -128,10 +128,11 @@ def graph_layout(nodes: list[str]) -> dict[str, tuple[float, float]]:
             for i, node in enumerate(nodes)}
 
 
-def graph_nodes(edges: list[dict]) -> list[str]:
+def graph_nodes(edges: list[dict], brokers: frozenset | set = frozenset()) -> list[str]:
     """The nodes of the busiest edges (at most GRAPH_NODES), in a depth-first walk of the mesh from an end
-    (a node with the fewest neighbours), busiest step first: on the circle a line of routers stays a line
-    and neighbours sit side by side, so few arrows cross."""
+    (a node with the fewest neighbours, a router rather than a broker: brokers hang off routers), busiest
+    step first: on the circle a line of routers stays a line and neighbours sit side by side, so few arrows
+    cross."""
     chosen: list[str] = []
     for e in sorted(edges, key=lambda e: (-e["messages"], e["src"], e["dst"])):
         for node in (e["src"], e["dst"]):
@@ -144,7 +145,7 @@ def graph_nodes(edges: list[dict]) -> list[str]:
             weight[a][b] = weight[a].get(b, 0) + e["messages"]
             weight[b][a] = weight[b].get(a, 0) + e["messages"]
     order: list[str] = []
-    for start in sorted(chosen, key=lambda n: (len(weight[n]), n)):
+    for start in sorted(chosen, key=lambda n: (len(weight[n]), n in brokers, n)):
         stack = [start]
         while stack:
             node = stack.pop()
@@ -159,7 +160,7 @@ def graph_nodes(edges: list[dict]) -> list[str]:
 def plot_path_graph(edges: list[dict], entries: list[dict], brokers: set) -> str:
     if not edges:
         return ""
-    nodes = graph_nodes(edges)
+    nodes = graph_nodes(edges, brokers)
     pos = graph_layout(nodes)
     entered = {r["node"]: r["messages"] for r in entries}
     shown = [e for e in edges if e["src"] in pos and e["dst"] in pos and e["src"] != e["dst"]]
