@@ -8,7 +8,11 @@ client and load in the same run. Durable runs compare like with like: both broke
 message only after it is fsynced (tdbroker's journal with journal-sync-non-transactional true, RabbitMQ's
 confirms for persistent messages on a durable queue).
 
-It runs S senders -> router -> R receivers on one address in this one process (the lean raw-engine
+``tdbench --large`` (:mod:`tools.benchlarge`) measures large messages (5 kB-1 MB with a window of 100, one
+200 MB message through one router and a line of three) with the routers' RSS; ``tdbench --scale``
+(:mod:`tools.benchscale`) many idle connections and links on one router.
+
+By default it runs S senders -> router -> R receivers on one address in this one process (the lean raw-engine
 client of :mod:`tools.benchclient`), measures after a warm-up (the first 5% of messages), then runs the
 same load sender-to-receiver with no router and prints both with their ratio. By default it starts its
 own ``tdrouterd`` (one listener on 127.0.0.1, an ephemeral port); ``--router URL`` uses a running one.
