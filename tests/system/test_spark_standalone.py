@@ -3,8 +3,9 @@ from the pyspark installation (its ``bin/spark-class``, as ``sbin/start-master.s
 distribution), the way a user who outgrows one machine runs the report (docs/flowreport.md).
 
 The report runs on the worker's executor (its work directory holds the application), and what it finds
-agrees with the generator's ground truth. Without Java the test skips locally, with that reason, and fails
-under CI (CI=true), as the pyspark rule of tests/spark does.
+agrees with the generator's ground truth. It is a Spark test (``pytest.mark.spark``): without Java 17 it
+skips locally, with that reason, and fails under CI (CI=true) (tests/conftest.py); without pyspark, likewise
+(the rule of tests/spark/conftest.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,13 +33,8 @@ except ImportError:
         raise  # CI installs the test extra: a missing pyspark there is a broken set-up, not a skip
     pytest.skip("tdflow needs pyspark and pyarrow (the test extra)", allow_module_level=True)
 
-if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
-    if IN_CI:
-        raise RuntimeError("the Spark standalone test needs Java 17 (CI installs it)")
-    pytest.skip("the Spark standalone test needs Java 17: no java on PATH and no JAVA_HOME",
-                allow_module_level=True)
 
-pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.system, pytest.mark.spark, pytest.mark.timeout(300)]
 
 SPARK_HOME = pathlib.Path(pyspark.__file__).resolve().parent
 #: A JVM starting on a loaded two-core machine takes seconds; a master or worker that is not up by then
