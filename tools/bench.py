@@ -379,7 +379,8 @@ def format_report(rep: dict) -> str:
               help="With --scale: the idle connections keep Dispatch's 16 s idle time-out (heartbeats both ways); "
                    "--no-heartbeats sets none on either side, to tell per-second from per-message costs.")
 @click.option("--profile", type=click.Path(dir_okay=False),
-              help="With --scale: record the router with py-spy (raw format) during the load with everything open.")
+              help="With --scale: record the router with py-spy (raw format) during each phase, into "
+                   "FILE[.ROUND].PHASE.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
          direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, network, mirror, hops,
          large, rounds, scale, connections, links_per_connection, heartbeats, profile, security_opts) -> None:

@@ -16,7 +16,8 @@ or link state that costs something per message for every connection or link that
 4. the router's CPU while all of that sits idle (heartbeats, timers) over ``IDLE_SECONDS``;
 5. the same 1 → 1 load again with everything open: if the router's CPU per message grows with the number
    of connections or links, some per-message work walks them (``--profile FILE`` records the router with
-   py-spy during this load, to find where);
+   py-spy during each phase, into ``FILE[.ROUND].PHASE``: load_before, connect, attach, idle, load_during;
+   ``--no-heartbeats`` takes the idle connections' heartbeats, a cost per second, out of the comparison);
 6. everything is closed.
 
 The idle connections live in this one process, each an :class:`wire.connection.EngineConnection` on
@@ -202,7 +203,8 @@ def no_heartbeat_router_config() -> str:
 async def _round(host: str, port: int, pid: int, connections: int, links: int, messages: int,
                  profile: str | None, phase_seconds: float, heartbeats: bool = True) -> dict:
     out: dict = {"connections": connections, "links": connections * links, "errors": []}
-    out["load_before"] = await _load(host, port, pid, messages, phase_seconds)
+    with _Phase("load_before", pid, profile):
+        out["load_before"] = await _load(host, port, pid, messages, phase_seconds)
     handler = IdleHandler()
     total = handler.links_total = connections * links
     conns = ClientConnections()
@@ -265,7 +267,7 @@ async def _round(host: str, port: int, pid: int, connections: int, links: int, m
                 await trio.sleep(IDLE_SECONDS)
             out["idle_router_cpu_percent"] = round(phase.router_cpu * 100 / phase.seconds, 1)
             out["idle_client_cpu_percent"] = round(phase.client_cpu * 100 / phase.seconds, 1)
-            with _Phase("load", pid, profile):
+            with _Phase("load_during", pid, profile):
                 out["load_during"] = await _load(host, port, pid, messages, phase_seconds)
             out["rss_after_load_mb"] = _rss_mb(pid)
         out["errors"] += handler.errors
