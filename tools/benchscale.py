@@ -359,7 +359,8 @@ def format_scale(rep: dict) -> str:
     lines = [f"tdbench --scale: {rep['connections']} connections x {rep['links_per_connection']} links "
              f"({rep['connections'] * rep['links_per_connection']} links"
              f"{'' if rep.get('heartbeats', True) else ', no heartbeats'}), {len(rs)} round(s); median (range)",
-             f"connections/s {col('connection_per_s', 0)}; router CPU per connection {col('router_cpu_us_per_connection', 0)} "
+             f"connections/s {col('connection_per_s', 0)}; "
+             f"router CPU per connection {col('router_cpu_us_per_connection', 0)} "
              f"us (router busy {col('connect_router_busy', 2)}, client busy {col('connect_client_busy', 2)})",
              f"router RSS per connection {col('rss_per_connection_kb')} KiB",
              f"links attached/s {col('link_per_s', 0)}; router CPU per attach {col('router_cpu_us_per_link', 0)} us "
