@@ -270,6 +270,11 @@ class Forwarder:
             ol.dirty = True
             self._dirty.append(ol)
 
+    def mark_dirty(self, ol: RouterLink) -> None:
+        """``ol`` got its first delivery of this batch (the caller set ``ol.dirty``): it is pumped at the
+        batch end. For callers that queue a single copy inline, as :meth:`forward` does."""
+        self._dirty.append(ol)
+
     def enqueue(self, ind: InDelivery, links) -> None:
         """Queue one copy on each link, to go at the end of the batch. Every copy is counted before any
         is sent: credit and the message bytes are released when the last copy has left, not the first."""
@@ -458,7 +463,7 @@ class Forwarder:
         if il.closed:
             return
         addr = il.address
-        if addr is not None and not addr.rlinks and not addr.has_destination:
+        if addr is not None and not addr.rlinks and not addr.remote and not addr.has_destination:
             il.owed_credit += 1
             il.withheld = True
             if il.from_waypoint:

@@ -256,6 +256,16 @@ class MeshForwarding:
             ind.mesh_msg = self.annotated(ind, addr, msg)
             if msg[2:3] == b"\x70":  # a header: its priority picks the data link (§4.2)
                 targets = self._by_priority(targets, msg)
+        if len(targets) == 1:  # the common case, as Forwarder.forward queues one copy (no call per message)
+            ol = targets[0]
+            ind.copies += 1
+            ind.buffered += 1
+            ol.undelivered.append(ind)
+            ol.fresh += 1
+            if not ol.dirty:
+                ol.dirty = True
+                self.forwarder.mark_dirty(ol)
+            return
         self.forwarder.enqueue(ind, targets)
 
     @staticmethod
