@@ -206,8 +206,9 @@ def test_defaults():
 def test_conf_broker_xml_parses():
     cfg = load_broker_config(REPO / "conf" / "broker.xml")
     assert cfg.warnings == []
-    (acc,) = cfg.acceptors
+    acc, web = cfg.acceptors
     assert (acc.name, acc.host, acc.port, acc.protocols) == ("amqp", "127.0.0.1", 5673, ("AMQP",))
+    assert (web.name, web.port, web.protocols) == ("web", 8161, ("HTTP",))   # the web console
     queue = cfg.address("queue")
     assert queue.routing_types == {"anycast"} and [q.name for q in queue.queues] == ["queue"]
     s = cfg.settings_for("queue")

@@ -338,9 +338,10 @@ def test_generated_names_stay_unique():
 def test_shipped_router_conf_parses():
     cfg = load_config(str(REPO / "conf" / "router.conf"))
     assert cfg.router["mode"] == "standalone" and cfg.router["id"] == "Router.A"
-    (l,) = cfg.listeners
+    l, web = cfg.listeners
     assert (l["host"], l["port"], l["role"], l["authenticatePeer"], l["saslMechanisms"]) == \
         ("127.0.0.1", "5672", "normal", False, "ANONYMOUS")
+    assert (web["host"], web["port"], web["http"]) == ("127.0.0.1", "8672", True)   # the web console
     assert [(g["module"], g["enable"]) for g in cfg.logs] == [("DEFAULT", "info+")]
 
 

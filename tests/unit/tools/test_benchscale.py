@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import resource
 
@@ -39,14 +40,17 @@ def test_rss_sampler_reads_this_process():
     assert 0 < rss <= hwm
     assert process_memory_kb(2**22 + 12345) is None  # no such process
     s = RssSampler(os.getpid())
-    ballast = bytearray(32 * 1024 * 1024)  # touched: resident
-    ballast[::4096] = b"\1" * len(ballast[::4096])
+    # a fresh anonymous mapping, touched page by page: resident whatever the heap already holds (a bytearray
+    # could reuse pages a previous test freed, and the process would not grow)
+    ballast = mmap.mmap(-1, 32 * 1024 * 1024)
+    for offset in range(0, len(ballast), 4096):
+        ballast[offset] = 1
     s.sample()
     out = s.result()
     [m] = out["router_rss_mb"]
     assert m["growth"] >= 30 and m["peak"] <= m["hwm"]
     assert out["router_rss_growth_max_mb"] == m["growth"]
-    del ballast
+    ballast.close()
 
 
 def test_no_heartbeats_router_config_sets_no_idle_timeout_on_the_listener():
