@@ -36,6 +36,7 @@ from broker.xmlschema import load_tree, split_tag
 from wire.driver import shut_down_on_signal
 from wire.errors import LocatedError
 from wire.logformat import OneLineFormatter
+from wire.memory import tune_gc
 
 log = logging.getLogger("broker.daemon")
 
@@ -267,6 +268,7 @@ def run(config_path: str, verbose: bool) -> None:
         if conn.password_source == FROM_STORE:
             log.info("broker connection %s logs in as %r with the password from the credentials store %s",
                      conn.name, conn.user, store_path(cfg.path))
+    tune_gc()
     try:
         trio.run(run_broker, cfg)
     except LocatedError as exc:

@@ -38,6 +38,7 @@ from router.services import ServiceManager, role_refusal
 from wire.driver import ConnectionLimit, shut_down_on_signal
 from wire.errors import LocatedError
 from wire.management import MANAGEMENT_ADDRESS
+from wire.memory import tune_gc
 from router.security import RouterSecurity, resolve_secret
 
 log = logging.getLogger("router.daemon")
@@ -316,6 +317,7 @@ def main(config_path: str) -> None:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_CONFIG_REFUSED)
     warn_pending_features(cfg)
+    tune_gc()
     try:
         trio.run(run_router, cfg, security, policy)
     except LocatedError as exc:
