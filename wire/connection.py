@@ -14,7 +14,7 @@ When the settings ask for it (``sasl_users`` on a listener, ``sasl_client_mechan
 our SASL layer (:mod:`wire.saslserver`, :mod:`wire.sasl`) stands between the socket and the engine until
 the exchange succeeded; ``user`` and ``sasl_mechanism`` then tell who logged in and how.
 
-Why one module of ~660 lines: the byte path (SASL in front, output accounting, back-pressure) and the
+Why one module of ~690 lines: the byte path (SASL in front, output accounting, back-pressure) and the
 event dispatch (with its re-entrancy guard and the session hook) share the engine's state and must be read
 together.
 """
