@@ -166,7 +166,10 @@ class MirrorPart:
         from the journal, read from its delivery annotations (a mirrored copy) or made from its record."""
         ident = msg.mirror
         if ident is None:
-            ident = identity_of(msg.payload, self.target.source_id, self.broker_id)
+            # a copy a mirror stored here carries its identity; only a replica has such copies (a client's
+            # own delivery annotations on a message first stored here must not pass for one)
+            source = self.target.source_id
+            ident = identity_of(msg.payload, source, self.broker_id) if source is not None else None
             if ident is None and msg.record_id is not None:
                 ident = ("", f"r{msg.record_id}")
             msg.mirror = ident
