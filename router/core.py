@@ -184,6 +184,7 @@ class Router(ConnectionHandler):
     def tick(self, now: float) -> None:
         """Time-driven work (auto-link retries, stalled deliveries, the routing protocol). The daemon
         calls it every TICK_SECONDS."""
+        self.forwarder.on_tick(now, self.connections)  # coarse clock, stuck deliveries, settle rates
         self.auto_links.tick(now)
         if self.assembly:
             self._abort_stalled(now)

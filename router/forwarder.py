@@ -41,6 +41,18 @@ nothing after that needs them), and each unsettled outgoing copy to its consumer
 settles; past the limits, producers are paused and output to a connection stops. A message that goes
 straight through costs one counter per queue and a few additions per send.
 
+Delayed, stuck and rate (Qpid Dispatch 1.19 src/router_core/delivery.c, qdr_delivery_increment_counters_CT;
+src/router_core/modules/stuck_delivery_detection): every unsettled delivery carries the router's coarse clock
+at arrival (``coarse_now``, moved by the periodic :meth:`Forwarder.on_tick`, as Dispatch uses its once-a-second
+``uptime_ticks``: no clock read per message). When the delivery is settled back to its producer, and when a
+copy of it is settled by its consumer, it counts as delayed over 10 s or, failing that, over 1 s on that link
+(the incoming link's counts are also summed router-wide). A periodic scan (cold path, once a
+``STUCK_SCAN_SECONDS``) counts the deliveries queued on or unsettled at an outgoing link that have just passed
+``STUCK_SECONDS`` in the router, on that link and on their incoming link, once each: a delivery counts at the
+one scan whose window its age crosses. The same scan samples each link's settled count; ``settle_rate`` is
+the average over the samples of the last ``RATE_WINDOW_SECONDS``. Pre-settled deliveries are settled on
+arrival and count in the rate only.
+
 Longer than ~600 lines on purpose: arrival, queueing, sending and outcomes are one class so that the
 per-message methods call each other directly, without an indirection per message.
 """
@@ -49,6 +61,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 from typing import Callable, Protocol
 
 from wire import raw
@@ -65,6 +78,16 @@ ACCEPTED = raw.ACCEPTED
 REJECTED = raw.REJECTED
 RELEASED = raw.RELEASED
 MODIFIED = raw.MODIFIED
+
+# A delivery settled after more than this many seconds in the router counts as delayed (Dispatch's thresholds).
+DELAYED_1S = 1.0
+DELAYED_10S = 10.0
+# A delivery still unsettled after this long counts as stuck (Dispatch's stuck-delivery age, 10 s).
+STUCK_SECONDS = 10.0
+# How often the cold-path scan for stuck deliveries and rate samples runs.
+STUCK_SCAN_SECONDS = 1.0
+# settleRate averages settlements over about this many seconds (Dispatch's QDR_LINK_RATE_DEPTH, 5 ticks).
+RATE_WINDOW_SECONDS = 5
 
 # Multicast merge order (Dispatch: rejected > accepted > modified > released).
 OUTCOME_PRIORITY = {RELEASED: 1, MODIFIED: 2, ACCEPTED: 3, REJECTED: 4}
@@ -149,6 +172,17 @@ class Forwarder:
         self.dropped_presettled = 0
         self.deliveries_no_route = 0
         self.rejected_unavailable = 0
+        # Delayed/stuck (see the module docstring): the coarse clock deliveries are stamped with, when the
+        # last scan ran, and router-wide counts (deliveries, i.e. their incoming side; kept here so that
+        # they outlive the links).
+        try:
+            self.coarse_now = clock()
+        except RuntimeError:  # a Trio clock read before Trio runs: the first tick sets it
+            self.coarse_now = 0.0
+        self._last_scan = self.coarse_now
+        self.delayed_1s = 0
+        self.delayed_10s = 0
+        self.deliveries_stuck = 0
 
     def use_special_path(self, special: SpecialPath) -> None:
         """Hand special messages (mesh, router-internal endpoints, no address) to ``special``. The one
@@ -192,7 +226,7 @@ class Forwarder:
             ind = InDelivery(None, rl, msg)
             rl.presettled += 1
         else:
-            ind = InDelivery(d, rl, msg)
+            ind = InDelivery(d, rl, msg, self.coarse_now)
         rl.delivery_count += 1
         rl.outstanding += 1
         if self.flow is not None:
@@ -232,7 +266,7 @@ class Forwarder:
         if presettled:
             _delivery_settle(d)
             rl.presettled += 1
-        ind = InDelivery(None if presettled else d, rl, msg)
+        ind = InDelivery(None if presettled else d, rl, msg, self.coarse_now)
         rl.delivery_count += 1
         rl.outstanding += 1
         self.reject(ind, condition, description)
@@ -501,12 +535,18 @@ class Forwarder:
             ol.accepted += 1
             _delivery_settle(d)
             in_ptr = ind.ptr
+            late = self.coarse_now - ind.arrived > DELAYED_1S
+            if late:
+                self._delayed(ol, ind)
             if in_ptr is not None:
                 ind.ptr = None
                 ind.copies = 0
                 if self._mirrored:
                     self._mirrored.pop(in_ptr, None)
                 il = ind.link
+                il.settled += 1
+                if late:
+                    self._delayed_in(il, ind)
                 if ind.flow is not None:
                     self.flow.settle(ind, ACCEPTED)
                 if not il.closed:
@@ -526,6 +566,8 @@ class Forwarder:
         else:
             self._count_outcome(ol, state)
         if ind is not None:
+            if self.coarse_now - ind.arrived > DELAYED_1S:
+                self._delayed(ol, ind)
             ind.copies -= 1
             self._copy_done(ind, state, src)
         _delivery_settle(d)
@@ -562,6 +604,8 @@ class Forwarder:
             if ol.engine.output_blocked:
                 self._recheck_output(ol.conn)
             self._count_outcome(ol, state)
+            if self.coarse_now - ind.arrived > DELAYED_1S:
+                self._delayed(ol, ind)
             ind.copies -= 1
             self._mcast_unsettled.add(ind)
             self._copy_done(ind, state, d)
@@ -595,6 +639,7 @@ class Forwarder:
         ol, od, ind = entry
         ind.ptr = None
         _delivery_settle(in_ptr)
+        self._settled_in(ind)
         if ol is None:  # a multicast outcome: its copies are settled already
             return
         if ind.remote_addr is not None:
@@ -604,6 +649,8 @@ class Forwarder:
                 self._recheck_output(ol.conn)
             ind.copies -= 1
             self._count_outcome(ol, ind.outcome)
+            if self.coarse_now - ind.arrived > DELAYED_1S:
+                self._delayed(ol, ind)
             if not ol.closed:
                 _delivery_settle(od)
                 ol.engine.wake()
@@ -633,6 +680,7 @@ class Forwarder:
         il = ind.link
         if il.closed:
             return
+        self._settled_in(ind)
         if src is not None:
             raw.copy_outcome(src, in_ptr)
         elif mirrored:
@@ -643,6 +691,81 @@ class Forwarder:
             _delivery_update(in_ptr, state)
         _delivery_settle(in_ptr)
         il.engine.wake()
+
+    # -- delayed, stuck and rate (see the module docstring) -----------------------------------------------
+    def _settled_in(self, ind: InDelivery) -> None:
+        """An unsettled delivery was settled back to its producer: count it on its incoming link."""
+        il = ind.link
+        il.settled += 1
+        if self.coarse_now - ind.arrived > DELAYED_1S:
+            self._delayed_in(il, ind)
+
+    def _delayed(self, rl: RouterLink, ind: InDelivery) -> None:
+        """``ind`` (or its copy on ``rl``) settled more than DELAYED_1S after it arrived."""
+        if self.coarse_now - ind.arrived > DELAYED_10S:
+            rl.delayed_10s += 1
+        else:
+            rl.delayed_1s += 1
+
+    def _delayed_in(self, il: RouterLink, ind: InDelivery) -> None:
+        """The incoming side of a delayed delivery: the link's count and the router-wide one."""
+        if self.coarse_now - ind.arrived > DELAYED_10S:
+            il.delayed_10s += 1
+            self.delayed_10s += 1
+        else:
+            il.delayed_1s += 1
+            self.delayed_1s += 1
+
+    def on_tick(self, now: float, connections) -> None:
+        """The router's periodic tick: move the coarse clock; once a STUCK_SCAN_SECONDS, scan the links of
+        ``connections`` for deliveries that have just become stuck and sample their settled counts."""
+        self.coarse_now = now
+        if now - self._last_scan < STUCK_SCAN_SECONDS:
+            return
+        # A delivery is stuck at the scan whose window (previous scan, this scan] its age crosses
+        # STUCK_SECONDS: it is counted exactly once, with no mark kept on it.
+        newest = now - STUCK_SECONDS
+        oldest = self._last_scan - STUCK_SECONDS
+        self._last_scan = now
+        counted_in = set()
+        for rc in connections:
+            for rl in rc.links.values():
+                if not isinstance(rl, RouterLink) or rl.closed:
+                    continue
+                samples = rl.rate_samples
+                if samples is None:
+                    samples = rl.rate_samples = deque(maxlen=RATE_WINDOW_SECONDS)
+                samples.append((now, self.settled_count(rl)))
+                if rl.incoming:
+                    continue
+                for ind in itertools.chain(rl.undelivered, rl.unsettled.values()):
+                    if ind.ptr is None or not oldest < ind.arrived <= newest:
+                        continue
+                    rl.stuck += 1
+                    if id(ind) not in counted_in:  # a multicast delivery counts once on its incoming side
+                        counted_in.add(id(ind))
+                        ind.link.stuck += 1
+                        self.deliveries_stuck += 1
+
+    @staticmethod
+    def settled_count(rl: RouterLink) -> int:
+        """Deliveries settled on ``rl`` so far: outcomes of copies sent (outgoing), or deliveries settled back
+        to the producer and pre-settled arrivals (incoming)."""
+        if rl.incoming:
+            return rl.settled + rl.presettled
+        return rl.accepted + rl.rejected + rl.released + rl.modified
+
+    def settle_rate(self, rl: RouterLink) -> int:
+        """Deliveries settled per second on ``rl``, averaged since the oldest sample of the last
+        RATE_WINDOW_SECONDS (0 before the first sample)."""
+        samples = rl.rate_samples
+        if not samples:
+            return 0
+        then, count = samples[0]
+        elapsed = self._clock() - then
+        if elapsed <= 0:
+            return 0
+        return round((self.settled_count(rl) - count) / elapsed)
 
     def _outcome_unsettled(self, ind: InDelivery, state: int) -> None:
         """Give a multicast delivery's merged outcome to its producer without settling it: the producer
@@ -675,6 +798,7 @@ class Forwarder:
             else:
                 _delivery_update(in_ptr, state)
             _delivery_settle(in_ptr)
+            self._settled_in(ind)
             ind.link.engine.wake()
 
     def no_route(self, ind: InDelivery, to) -> None:
@@ -701,6 +825,7 @@ class Forwarder:
         if in_ptr is not None and not ind.link.closed:
             raw.set_rejected(in_ptr, condition, description)
             _delivery_settle(in_ptr)
+            self._settled_in(ind)
             ind.link.engine.wake()
         elif in_ptr is None:
             self.dropped_presettled += 1

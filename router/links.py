@@ -74,6 +74,8 @@ class RouterLink:
         "keep_in", "annotate_out",
         # an incoming link on an edge router's uplink connection (this router is its interior)
         "from_edge",
+        # delay and settlement counters (router/forwarder.py, "Delayed, stuck and rate")
+        "settled", "delayed_1s", "delayed_10s", "stuck", "rate_samples",
     )
 
     def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str, owner):
@@ -122,6 +124,11 @@ class RouterLink:
         self.keep_in = strip in ("out", "no")
         self.annotate_out = strip in ("in", "no")
         self.from_edge = incoming and conn.role == "edge" and conn.engine.server
+        self.settled = 0  # incoming: unsettled deliveries settled back to the producer
+        self.delayed_1s = 0
+        self.delayed_10s = 0
+        self.stuck = 0
+        self.rate_samples = None  # deque of (time, settled so far), made by the first periodic scan
 
     @property
     def backlog(self) -> int:
@@ -143,10 +150,13 @@ class InDelivery:
     """
 
     __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast", "ra", "mesh_msg", "flow",
-                 "size", "held", "remote_addr", "remote_conn")
+                 "size", "held", "remote_addr", "remote_conn", "arrived")
 
-    def __init__(self, ptr, link: RouterLink, msg: bytes):
+    def __init__(self, ptr, link: RouterLink, msg: bytes, arrived: float = 0.0):
         self.ptr = ptr
+        # The router's coarse clock when it arrived (Forwarder.coarse_now): how long it stayed is measured
+        # from here at settlement (delayed counters) and by the periodic stuck scan.
+        self.arrived = arrived
         self.link = link
         self.msg = msg
         # size: what each unsettled outgoing copy is charged to its consumer's connection; held: what is

@@ -3,8 +3,9 @@ router.node, allocator (Qpid Dispatch 1.19 attribute names; Qpid Dispatch 1.19 t
 
 Everything is read at the moment of the request from the router's own records (``Router.connections``,
 each connection's ``links``, ``Router.addresses``, the link routes and auto-links of ``Router.control``)
-and the forwarder's counters; attributes this router does not track (delay histograms, stuck deliveries)
-are 0 rather than invented. Closing a connection or a link goes through ``Router.control``.
+and the forwarder's counters (delayed, stuck and settle-rate figures: router/forwarder.py, docs/management.md);
+attributes this router does not track (ingress histograms, zero-credit time, fallback) are 0 or null rather
+than invented. Closing a connection or a link goes through ``Router.control``.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ class RouterEntity(EntityAdapter):
             "addrCount": len(r.addresses), "linkCount": links, "nodeCount": len(nodes),
             "linkRouteCount": len(self.control.link_routes()), "autoLinkCount": len(self.control.auto_links()),
             "connectionCount": len(r.connections),
-            "deliveriesDelayed1Sec": 0, "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0,
+            "deliveriesDelayed1Sec": r.forwarder.delayed_1s, "deliveriesDelayed10Sec": r.forwarder.delayed_10s,
+            "deliveriesStuck": r.forwarder.deliveries_stuck,
             "deliveriesIngress": ingress, "deliveriesEgress": egress,
             "deliveriesTransit": r.deliveries_transit,
             "deliveriesIngressRouteContainer": ingress_rc, "deliveriesEgressRouteContainer": egress_rc,
@@ -253,6 +255,7 @@ class LinkEntity(EntityAdapter):
     def rows(self) -> list[dict]:
         out = [self._control_row(rc, c) for rc, c in _control_links(self.router)]
         priorities = data_link_priorities(self.router)
+        forwarder = self.router.forwarder
         for rc, rl in _links(self.router):
             addr = rl.address
             try:
@@ -268,8 +271,9 @@ class LinkEntity(EntityAdapter):
                 "deliveryCount": rl.delivery_count, "presettledCount": rl.presettled,
                 "droppedPresettledCount": rl.dropped_presettled, "acceptedCount": rl.accepted,
                 "rejectedCount": rl.rejected, "releasedCount": rl.released, "modifiedCount": rl.modified,
-                "deliveriesDelayed1Sec": 0, "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0,
-                "creditAvailable": credit, "zeroCreditSeconds": 0, "settleRate": 0,
+                "deliveriesDelayed1Sec": rl.delayed_1s, "deliveriesDelayed10Sec": rl.delayed_10s,
+                "deliveriesStuck": rl.stuck, "creditAvailable": credit, "zeroCreditSeconds": 0,
+                "settleRate": forwarder.settle_rate(rl),
                 "priority": priorities.get(rl, DEFAULT_LINK_PRIORITY), "connectionId": str(rc.engine.id),
             }
             out.append(self.row(rl.name, str(rl.id), values))
