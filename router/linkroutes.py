@@ -140,10 +140,13 @@ class RoutedLink:
     ``incoming`` and ``max_message_size``)."""
 
     __slots__ = ("ptr", "rc", "peer", "route", "deliveries", "receiving", "open", "owner", "incoming",
-                 "max_message_size", "gate")
+                 "max_message_size", "gate", "container")
 
-    def __init__(self, ptr, rc, route: LinkRoute, receiving: bool, owner: "LinkRouter"):
+    def __init__(self, ptr, rc, route: LinkRoute, receiving: bool, owner: "LinkRouter", container: bool = False):
         self.ptr = ptr
+        # The side attached to the route's container itself (not to a neighbour router on the way to it):
+        # its deliveries count as from/to a route container (LinkRouter.deliveries_from_container).
+        self.container = container
         self.rc = rc
         self.owner = owner
         self.incoming = receiving
@@ -167,6 +170,11 @@ class LinkRouter:
         self.links: dict = {}  # link pointer -> RoutedLink (both sides of every pair)
         self.remote: dict[str, set] = {}  # route key -> ids of routers with a container for it
         self.advertised: set[str] = set()  # route keys this router has a container for
+        # Link-routed deliveries from and to a container of a route: the router's
+        # deliveriesIngressRouteContainer and deliveriesEgressRouteContainer (qdstat's "Deliveries from
+        # Route Container" and "... to Route Container").
+        self.deliveries_from_container = 0
+        self.deliveries_to_container = 0
         for i, e in enumerate(entities):
             self._insert(LinkRoute.from_entity(e, i))
 
@@ -226,6 +234,7 @@ class LinkRouter:
         if route is None:
             return False
         container = self._container_for(route)
+        direct = container is not None
         if container is None:
             container = self._next_hop_for(route)
             if container is None:
@@ -249,7 +258,7 @@ class LinkRouter:
             client_side.gate = gate
             client_side.max_message_size = gate.policy.max_message_size
         out_ptr = raw.pointer(out)
-        container_side = RoutedLink(out_ptr, container, route, lo.is_sender, self)
+        container_side = RoutedLink(out_ptr, container, route, lo.is_sender, self, container=direct)
         client_side.peer, container_side.peer = container_side, client_side
         self.links[link] = client_side
         self.links[out_ptr] = container_side
@@ -361,6 +370,10 @@ class LinkRouter:
                 side.rc.engine.wake()
                 return
         out = raw.send_message(peer.ptr, raw.delivery_tag(d), msg)
+        if side.container:
+            self.deliveries_from_container += 1
+        elif peer.container:
+            self.deliveries_to_container += 1
         if raw.delivery_remote_state(d):
             # A state on the transfer (AMQP 1.0 §2.7.5: a message sent in a transaction carries its
             # transactional-state, §4.5.6) goes on with it; proton writes it into the transfer frame.

@@ -101,6 +101,9 @@ class RouterEntity(EntityAdapter):
                 if rc.role == "route-container":
                     egress_rc += rl.delivery_count
         totals["droppedPresettledDeliveries"] += r.dropped_presettled
+        # Link-routed deliveries (router/linkroutes.py) from and to the routes' containers.
+        ingress_rc += r.link_router.deliveries_from_container
+        egress_rc += r.link_router.deliveries_to_container
         nodes = [n for n in r.mesh_nodes() if n["id"] != r.id]
         mode = (cfg.get("mode") if cfg is not None else None) or r.mode
         values = {
