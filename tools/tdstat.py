@@ -480,6 +480,19 @@ def render_view(view: str, data: dict, *, verbose: bool = False, csv: bool = Fal
     return render_lines(parts, csv)
 
 
+def render_log(entries: list, limit: int | None = None) -> list[str]:
+    """qdstat --log's lines: ``<ctime> <module> (<level>) <text>`` per record of the router's recent log
+    (GET-LOG answers ``[module, level, text, file, line, time]``), oldest first."""
+    entries = list(entries or [])
+    if limit is not None:
+        entries = entries[-limit:] if limit > 0 else []
+    out = []
+    for e in entries:
+        when = time.ctime(e[5]) if len(e) > 5 and isinstance(e[5], (int, float)) else "-"
+        out.append(f"{when} {e[0]} ({e[1]}) {e[2]}")
+    return out
+
+
 def header(now: datetime.datetime, who: str) -> list[str]:
     return [now.strftime("%Y-%m-%d %H:%M:%S.%f") + " UTC", who, ""]
 
@@ -507,6 +520,13 @@ def run(opts, out=sys.stdout) -> int:
                                   acceptors=data["acceptors"])
             lines = header(now, f"broker {opts.bus}") + render_lines(parts, opts.csv)
             print("\n".join(lines), file=out)
+            return 0
+        if opts.view == "log":
+            entries = client.call("GET-LOG", router_id=opts.router)
+            if opts.json:
+                print(json.dumps(entries, indent=2, default=str), file=out)
+                return 0
+            print("\n".join(render_log(entries, opts.limit)), file=out)
             return 0
         if opts.all_routers:
             nodes = client.query(T + "router.node", ["id"])
@@ -547,6 +567,7 @@ def parser() -> argparse.ArgumentParser:
                               (("--vhostgroups",), "vhostgroups", "vhost user groups"),
                               (("--vhoststats",), "vhoststats", "vhost statistics"),
                               (("-e", "--edge"), "edge", "edge router connections"),
+                              (("--log",), "log", "the router's recent log lines (GET-LOG)"),
                               (("--broker",), "broker",
                                "a tdbroker's queues, broker connections, network bridges, federation, mirrors and "
                                "acceptors")):

@@ -128,6 +128,16 @@ def test_memory_view(live_router):
     assert lines[10:13] == ["", "Memory Summary", "  VmSize  Pooled"] or lines[12].split() == ["VmSize", "Pooled"]
 
 
+def test_log_view_lists_the_routers_recent_log_lines(live_router):
+    """tdstat --log prints qdstat --log's layout: '<ctime> <module> (<level>) <text>', oldest first."""
+    lines = tdstat(live_router, "--log").splitlines()
+    assert lines, "no log lines"
+    layout = re.compile(r"^\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} \S+ \((debug|info|notice|warning|error|critical)\) .+")
+    assert all(layout.match(line) for line in lines), lines[:3]
+    assert any(" ROUTER_CORE (info) connection " in line and " opened " in line for line in lines), lines[:10]
+    assert len(tdstat(live_router, "--log", "--limit", "2").splitlines()) == 2
+
+
 def test_unreachable_router_is_one_line_error(tmp_path):
     from tests.system.harness import free_port
     proc = run_tool("tools.tdstat", "-g", "-b", f"127.0.0.1:{free_port()}", "-t", "3", check=False)
