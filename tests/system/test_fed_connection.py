@@ -29,7 +29,8 @@ FAST = "<retry-interval>100</retry-interval><max-retry-interval>200</max-retry-i
 
 class CountingProxy:
     """A TCP listener that counts the connections it accepts and, given a ``target`` port, relays them
-    there byte for byte; without one it reads and discards (a peer that never answers)."""
+    there byte for byte (counting only those it could relay); without one it reads and discards (a peer
+    that never answers)."""
 
     def __init__(self, target: int | None = None):
         self.target = target
@@ -56,7 +57,8 @@ class CountingProxy:
                 continue
             try:
                 server = socket.create_connection((HOST, self.target))
-            except OSError:
+            except OSError:   # the broker behind is not up yet: not a connection to it
+                self.accepted -= 1
                 client.close()
                 continue
             self._open.append(server)
@@ -157,7 +159,8 @@ def test_share_connection_carries_the_upstream_and_the_downstreams_command_on_on
            f'{POLICY}</federation></federations>')
     net.configure("a", topics=["news"], extra=fed)
     net.configure("b", topics=["news"])
-    net.start()
+    net.start(["b"])   # first: A's first dial then reaches it
+    net.start(["a"])
     on_a, on_b = Subscriber(net["a"], "news").start(), Subscriber(net["b"], "news").start()
     wait_federated(net["b"], federation_queue("a", "up", "news", "f"))     # A's upstream, over the proxy
     wait_federated(net["a"], federation_queue("b", "down", "news", "f"))   # B's upstream made by the command
