@@ -88,6 +88,8 @@ STUCK_SECONDS = 10.0
 STUCK_SCAN_SECONDS = 1.0
 # settleRate averages settlements over about this many seconds (Dispatch's QDR_LINK_RATE_DEPTH, 5 ticks).
 RATE_WINDOW_SECONDS = 5
+#: Dispatch's linksBlocked: outgoing links that have had no credit for longer than this (seconds).
+BLOCKED_SECONDS = 10.0
 
 # Multicast merge order (Dispatch: rejected > accepted > modified > released).
 OUTCOME_PRIORITY = {RELEASED: 1, MODIFIED: 2, ACCEPTED: 3, REJECTED: 4}
@@ -738,6 +740,12 @@ class Forwarder:
                 samples.append((now, self.settled_count(rl)))
                 if rl.incoming:
                     continue
+                # zeroCreditSeconds and linksBlocked: as of the scan that first saw the consumer's credit
+                # at zero (so to a second), until a scan sees some again
+                if _link_credit(rl.ptr) > 0:
+                    rl.zero_credit_since = None
+                elif rl.zero_credit_since is None:
+                    rl.zero_credit_since = now
                 for ind in itertools.chain(rl.undelivered, rl.unsettled.values()):
                     if ind.ptr is None or not oldest < ind.arrived <= newest:
                         continue
@@ -746,6 +754,18 @@ class Forwarder:
                         counted_in.add(id(ind))
                         ind.link.stuck += 1
                         self.deliveries_stuck += 1
+
+    def zero_credit_seconds(self, rl: RouterLink) -> int:
+        """Whole seconds ``rl`` (outgoing) has had no credit from its consumer, 0 while it has some."""
+        since = rl.zero_credit_since
+        return int(self.coarse_now - since) if since is not None and not rl.closed else 0
+
+    def links_blocked(self, connections) -> int:
+        """Outgoing links without credit for more than :data:`BLOCKED_SECONDS` (Dispatch's linksBlocked)."""
+        limit = self.coarse_now - BLOCKED_SECONDS
+        return sum(1 for rc in connections for rl in rc.links.values()
+                   if isinstance(rl, RouterLink) and not rl.closed and rl.zero_credit_since is not None
+                   and rl.zero_credit_since < limit)
 
     @staticmethod
     def settled_count(rl: RouterLink) -> int:

@@ -76,6 +76,8 @@ class RouterLink:
         "from_edge",
         # delay and settlement counters (router/forwarder.py, "Delayed, stuck and rate")
         "settled", "delayed_1s", "delayed_10s", "stuck", "rate_samples",
+        # since when an outgoing link has had no credit (the periodic scan; None: it has credit)
+        "zero_credit_since",
     )
 
     def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str, owner):
@@ -129,6 +131,7 @@ class RouterLink:
         self.delayed_10s = 0
         self.stuck = 0
         self.rate_samples = None  # deque of (time, settled so far), made by the first periodic scan
+        self.zero_credit_since = None
 
     @property
     def backlog(self) -> int:

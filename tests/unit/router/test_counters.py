@@ -180,3 +180,23 @@ def test_no_tick_no_delay():
     settle(cons.received(rcv)[0], ACCEPTED)
     s.h.pump()
     assert _delays(s.links()["out"]) == (0, 0, 0)
+
+
+def test_zero_credit_seconds_and_links_blocked_follow_the_consumers_credit():
+    """A consumer that gave 2 credit and took 2 messages has none: zeroCreditSeconds counts from the scan
+    that saw it, linksBlocked counts the link once that passes 10 s, and both clear when credit comes."""
+    s = Setup(credit=2)
+    s.advance(2)
+    assert s.links()["out"]["zeroCreditSeconds"] == 0 and s.router_row()["linksBlocked"] == 0
+    s.send(2)
+    s.advance(5)
+    assert 3 <= s.links()["out"]["zeroCreditSeconds"] <= 5
+    assert s.router_row()["linksBlocked"] == 0
+    s.advance(8)
+    assert s.links()["out"]["zeroCreditSeconds"] >= 11 and s.router_row()["linksBlocked"] == 1
+    assert s.links()["in"]["zeroCreditSeconds"] == 0            # a producer's link: not a consumer's credit
+    cons, rx = s.consumers[0]
+    rx.flow(5)
+    s.h.pump()
+    s.advance(1.5)
+    assert s.links()["out"]["zeroCreditSeconds"] == 0 and s.router_row()["linksBlocked"] == 0
