@@ -7,6 +7,10 @@ for scripts. Rendering (``render_*``) is pure: rows in, lines out, so it is test
 TLS and SASL options (qdstat's ``--ssl-*``/``--sasl-*``, passwords from a file or the environment only):
 tools/security.py; ``--sasl-mechanisms SCRAM-SHA-256`` (or -512) logs in through tools/engineclient.py,
 since proton's SASL has no SCRAM.
+
+Why one module of ~640 lines: it is qdstat's table of views -- each view's attributes, renderer and the
+entity it reads, fetched and printed by one ``run`` -- and a reader compares a view's columns with its
+renderer side by side; the broker's views, a separate vocabulary, are in tools/tdstatbroker.py.
 """
 
 from __future__ import annotations

@@ -186,11 +186,11 @@ def read_annotation(msg: bytes, key: str):
         raise CodecError(f"malformed message: {e}") from None
 
 
-def read_annotations(msg: bytes, keys: tuple[str, ...]) -> dict:
-    """{key: decoded value} for those of ``keys`` present (as symbol keys) in the message-annotations map."""
+def _read_map(msg: bytes, keys: tuple[str, ...], find) -> dict:
+    """{key: decoded value} for those of ``keys`` in the annotations map ``find`` locates."""
     try:
         wanted = {_key(k)[1]: k for k in keys}
-        pos, vpos, send = _find_ma(msg)
+        pos, vpos, send = find(msg)
         if vpos is None:
             return {}
         out = {}
@@ -204,6 +204,11 @@ def read_annotations(msg: bytes, keys: tuple[str, ...]) -> dict:
         raise
     except _DECODE_ERRORS as e:
         raise CodecError(f"malformed message: {e}") from None
+
+
+def read_annotations(msg: bytes, keys: tuple[str, ...]) -> dict:
+    """{key: decoded value} for those of ``keys`` present (as symbol keys) in the message-annotations map."""
+    return _read_map(msg, keys, _find_ma)
 
 
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
@@ -322,24 +327,9 @@ def _find_da(msg):
 
 def read_delivery_annotations(msg: bytes, keys: tuple[str, ...]) -> dict:
     """{key: decoded value} for those of ``keys`` present (as symbol keys) in the delivery-annotations map."""
-    try:
-        if len(msg) < 3 or (msg.find(b"\x00\x53\x71", 0, 64) < 0 and msg.find(b"\x00\x80", 0, 64) < 0):
-            return {}  # no delivery-annotations descriptor near the start: the usual case, answered at once
-        wanted = {_key(k)[1]: k for k in keys}
-        pos, vpos, send = _find_da(msg)
-        if vpos is None:
-            return {}
-        out = {}
-        for name, _k, vs, ve in _map_entries(msg, vpos, send):
-            if name is not None:
-                k = wanted.get(name)
-                if k is not None:
-                    out[k] = _value(msg, vs, ve)
-        return out
-    except CodecError:
-        raise
-    except _DECODE_ERRORS as e:
-        raise CodecError(f"malformed message: {e}") from None
+    if len(msg) < 3 or (msg.find(b"\x00\x53\x71", 0, 64) < 0 and msg.find(b"\x00\x80", 0, 64) < 0):
+        return {}  # no delivery-annotations descriptor near the start: the usual case, answered at once
+    return _read_map(msg, keys, _find_da)
 
 
 def replace_delivery_annotations(msg: bytes, entries: dict[str, object] | None, *,
