@@ -14,8 +14,14 @@ its owner: whole messages through ``on_message``, everything else through ``on_d
 ``on_link_flow``. Events of links nobody owns go to the connection handler's ``on_delivery`` /
 ``on_link_flow`` as before.
 
-Streaming (forwarding a large message frame by frame) is a later step: an owner will be able to ask for
-chunks instead of a whole message; :meth:`LinkOwner.on_partial` is where a chunk is seen today.
+Streaming: an owner that wants a large message's bytes as they arrive instead of whole (the router
+forwards it frame by frame; the broker writes it to a file) answers ``STREAM`` from
+:meth:`LinkOwner.on_partial`. From then on the assembler keeps nothing of that delivery: each read goes
+to :meth:`LinkOwner.on_chunk` (the bytes kept so far in the first call), ending with ``LAST`` (the link is
+advanced) or ``ABORTED`` (the sender aborted it, AMQP 1.0 §2.7.5; advanced and settled). An owner that
+cannot take more bytes for a while calls :meth:`MessageAssembler.hold_off`: the bytes stay in proton (and
+the socket or the session window stops the sender), and the delivery does not count as stalled, until
+:meth:`MessageAssembler.resume` reads what waits. The size limit still applies to a streamed message.
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ from wire import raw
 KEEP = 0     # go on assembling
 DISCARD = 1  # drop the bytes (now and as they arrive); on_message(msg=None) when the message is complete
 FORGET = 2   # the owner answered the delivery and closed or disowned its link: drop what was kept
+STREAM = 3   # hand the bytes to the owner as they arrive (on_chunk), keeping none
+
+# The ``end`` argument of LinkOwner.on_chunk.
+MORE = 0     # more bytes follow
+LAST = 1     # the delivery is complete (the link is advanced past it)
+ABORTED = 2  # the sender aborted the delivery (advanced and settled)
 
 # AMQP 1.0 §2.8.18: the link error for a message larger than the link takes.
 MESSAGE_SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
@@ -55,6 +67,10 @@ class LinkOwner(Protocol):
         """More bytes of a multi-frame message arrived (``held``: its bytes so far). Return ``KEEP``,
         ``DISCARD`` or ``FORGET``."""
 
+    def on_chunk(self, engine, link: LinkRecord, d, chunk: bytes, end: int) -> None:
+        """Bytes of a delivery the owner streams (it answered ``STREAM``); ``end`` is ``MORE``, ``LAST``
+        or ``ABORTED``. Only owners that ever answer ``STREAM`` need this."""
+
     def on_delivery_update(self, engine, link: LinkRecord, d) -> None:
         """Any other delivery event: a delivery sent on an outgoing link changed state or was settled,
         or an incoming delivery already taken is now settled by the peer."""
@@ -79,6 +95,8 @@ class Partial:
     held: int = 0   # bytes kept (0 once discarded)
     last_progress: float = 0.0
     discarding: bool = False
+    streaming: bool = False  # the owner takes the bytes as they arrive (STREAM)
+    held_off: bool = False   # ... and asked for no more for now (hold_off)
 
 
 _recv_all = raw.recv_all
@@ -113,6 +131,12 @@ class MessageAssembler:
         if not _delivery_readable(d):
             rec.owner.on_delivery_update(engine, rec, d)
             return
+        if self.partials:
+            p = self.partials.get(d)
+            if p is not None and p.streaming:
+                if not p.held_off:
+                    self._stream(engine, rec, d, lp, p)
+                return
         if _delivery_partial(d):
             chunk = _recv_all(lp)
             if chunk:
@@ -160,12 +184,64 @@ class MessageAssembler:
             self._oversized(engine, rec, d, lp, limit)
             return
         verdict = rec.owner.on_partial(engine, rec, d, p.size)
-        if verdict == DISCARD:
+        if verdict == STREAM:
+            first = b"".join(p.chunks)
+            p.chunks = []
+            self._unhold(p)
+            p.streaming = True
+            rec.owner.on_chunk(engine, rec, d, first, MORE)
+        elif verdict == DISCARD:
             self._unhold(p)
             p.chunks.clear()
             p.discarding = True
         elif verdict == FORGET:
             self.drop(d)
+
+    def _stream(self, engine, rec, d, lp, p: Partial) -> None:
+        """Hand what arrived of a streamed delivery to its owner."""
+        if _delivery_aborted(d):
+            del self.partials[d]
+            _link_advance(lp)
+            raw.delivery_settle(d)
+            rec.owner.on_chunk(engine, rec, d, b"", ABORTED)
+            return
+        chunk = _recv_all(lp)
+        n = len(chunk)
+        p.size += n
+        limit = rec.max_message_size
+        if limit and p.size > limit:
+            self._oversized(engine, rec, d, lp, limit)
+            return
+        if _delivery_partial(d):
+            if n:
+                p.last_progress = self.clock()
+                rec.owner.on_chunk(engine, rec, d, chunk, MORE)
+            return
+        del self.partials[d]
+        _link_advance(lp)
+        rec.owner.on_chunk(engine, rec, d, chunk, LAST)
+
+    def hold_off(self, d) -> None:
+        """Read no more of streamed delivery ``d`` until :meth:`resume` (its owner has no room)."""
+        p = self.partials.get(d)
+        if p is not None and p.streaming:
+            p.held_off = True
+
+    def resume(self, engine, d) -> None:
+        """Read what waits of streamed delivery ``d`` again (the owner has room)."""
+        p = self.partials.get(d)
+        if p is None or not p.held_off:
+            return
+        p.held_off = False
+        p.last_progress = self.clock()
+        # Still the link's current delivery (it is advanced only when complete): read what waits, or
+        # finish it if its end arrived meanwhile.
+        self._stream(engine, p.owner, d, raw.delivery_link(d), p)
+
+    def is_streaming(self, d) -> bool:
+        """True while ``d`` is a streamed delivery still arriving."""
+        p = self.partials.get(d)
+        return p is not None and p.streaming
 
     def _oversized(self, engine, rec, d, lp, limit: int) -> None:
         self.drop(d)
@@ -232,7 +308,7 @@ class MessageAssembler:
     def stalled(self, now: float, timeout: float) -> list:
         """The deliveries that have not grown for ``timeout`` seconds."""
         limit = now - timeout
-        return [k for k, p in self.partials.items() if p.last_progress <= limit]
+        return [k for k, p in self.partials.items() if p.last_progress <= limit and not p.held_off]
 
     def owner_of(self, key):
         """The link record of a delivery in progress (None when none)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from wire import raw
-from wire.assembly import DISCARD, FORGET, KEEP, MESSAGE_SIZE_EXCEEDED, MessageAssembler
+from wire.assembly import ABORTED, DISCARD, FORGET, KEEP, LAST, MESSAGE_SIZE_EXCEEDED, MORE, STREAM, MessageAssembler
 from wire.connection import ConnectionHandler, ConnectionSettings, EngineConnection
 
 from tests.unit.enginepair import REJECTED, Peer, Pipe, encode, pump
@@ -35,6 +35,8 @@ class App(ConnectionHandler):
         self.oversized: list[int] = []
         self.unowned: list = []
         self.held: list[int] = []
+        self.chunks: list = []  # (bytes, end) of streamed deliveries
+        self.hold = False  # hold_off after each chunk
         self.assembler = MessageAssembler(on_held=lambda rec, delta: self.held.append(delta))
         self.engine = EngineConnection(self, ConnectionSettings(max_frame_size=FRAME), server=True,
                                        assembler=self.assembler)
@@ -67,6 +69,14 @@ class App(ConnectionHandler):
             raw.delivery_settle(d)
             engine.close_link(link.ptr, "amqp:resource-limit-exceeded", "forgotten")
         return self.verdict
+
+    def on_chunk(self, engine, link, d, chunk, end):
+        self.chunks.append((chunk, end))
+        if end == LAST:
+            raw.delivery_update(d, raw.ACCEPTED)
+            raw.delivery_settle(d)
+        elif end == MORE and self.hold:
+            self.assembler.hold_off(d)
 
     def on_delivery_update(self, engine, link, d):
         pass
@@ -229,3 +239,74 @@ def test_first_bytes_and_count_of_deliveries_in_progress():
     [d] = app.assembler.partials
     assert len(app.assembler) == 1
     assert msg.startswith(app.assembler.first_bytes(d))
+
+
+def _streamed(app):
+    return b"".join(c for c, _ in app.chunks)
+
+
+def test_streamed_message_reaches_the_owner_in_chunks_and_nothing_is_kept():
+    app = App(verdict=STREAM)
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    big = payload(20_000)
+    d = peer.send(snd, big)
+    pump(pipe)
+    assert app.messages == [] and _streamed(app) == big
+    assert [e for _, e in app.chunks] == [MORE] * (len(app.chunks) - 1) + [LAST]
+    assert len(app.partials) == 1  # asked once, then streamed
+    assert app.assembler.total == 0 and not app.assembler and sum(app.held) == 0
+    assert d.remote_state == d.ACCEPTED
+    after = payload(100)  # the link carries on with whole messages
+    peer.send(snd, after)
+    pump(pipe)
+    assert app.messages == [after]
+
+
+def test_held_off_stream_reads_nothing_until_resumed_and_is_never_stalled():
+    now = [100.0]
+    app = App(verdict=STREAM)
+    app.assembler.clock = lambda: now[0]
+    app.hold = True
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    big = payload(20_000)
+    peer.send(snd, big)
+    pump(pipe)
+    got = len(_streamed(app))
+    assert 0 < got < len(big)
+    [d] = list(app.assembler.partials)
+    assert app.assembler.is_streaming(d)
+    assert app.assembler.stalled(1000.0, 30.0) == []  # held off by its owner: not the peer's stall
+    app.hold = False
+    app.assembler.resume(app.engine, d)
+    pump(pipe)
+    assert _streamed(app) == big and app.chunks[-1][1] == LAST
+
+
+def test_aborted_stream_ends_with_aborted():
+    app = App(verdict=STREAM)
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    d = snd.delivery(b"aborted")
+    snd.send(payload(8000)[:5000])
+    pump(pipe)
+    assert app.chunks and app.chunks[-1][1] == MORE
+    d.abort()
+    pump(pipe)
+    assert app.chunks[-1] == (b"", ABORTED) and not app.assembler
+
+
+def test_streamed_message_over_the_limit_is_refused():
+    app = App(verdict=STREAM, limit=6000)
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    d = snd.delivery(b"big")
+    snd.send(payload(20_000)[:9000])
+    pump(pipe)
+    assert app.oversized == [6000] and d.remote_state == REJECTED
+    assert not app.assembler
