@@ -39,6 +39,10 @@ log = logging.getLogger("router.mesh")
 # A control link's credit: control traffic is small, but a burst of MAUs/LSUs after a restart must not
 # stall the protocol.
 CONTROL_CREDIT = 1000
+# How management shows control links, as Dispatch 1.19 does (qdstat -l: class "local", addr "qdhello", pri
+# 9 = QDR_MAX_PRIORITY in include/qpid/dispatch/amqp.h).
+CONTROL_OWNING_ADDRESS = "Lqdhello"
+CONTROL_LINK_PRIORITY = 9
 
 _tags = itertools.count(1)
 
@@ -327,3 +331,31 @@ class InterRouterLinks:
                 if record.ptr == link:
                     record.delivery_count += sent
             rc.engine.wake()
+
+    # -- management ---------------------------------------------------------------------------------
+    def management_rows(self, connections) -> list[dict]:
+        """The router.link attributes (Qpid Dispatch 1.19 names) of every open control link of
+        ``connections``, as Dispatch lists its ``router-control`` links (src/router_core/agent_link.c):
+        priority 9, the outgoing one owned by the local ``qdhello`` address (``Lqdhello``; the incoming
+        one by none). Control messages are pre-settled, so every delivery counts as presettled and none
+        is ever undelivered or unsettled."""
+        rows = []
+        for rc in connections:
+            m = rc.mesh
+            if m is None:
+                continue
+            for c in m.control_links:
+                try:
+                    credit = raw.link_credit(c.ptr)
+                except Exception:  # a link being torn down may already be freed by the engine
+                    credit = 0
+                rows.append({
+                    "identity": str(c.id), "linkName": c.name, "linkType": "router-control",
+                    "linkDir": "in" if c.incoming else "out",
+                    "owningAddr": None if c.incoming else CONTROL_OWNING_ADDRESS, "capacity": CONTROL_CREDIT,
+                    "undeliveredCount": 0, "unsettledCount": 0, "deliveryCount": c.delivery_count,
+                    "presettledCount": c.delivery_count, "creditAvailable": credit,
+                    "priority": CONTROL_LINK_PRIORITY, "connectionId": str(rc.engine.id),
+                    "adminStatus": "enabled", "operStatus": "up",
+                })
+        return rows
