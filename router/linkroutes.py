@@ -21,6 +21,10 @@ coordinate transactions itself. Outcomes and delivery states beyond the four ter
 Routed links are kept out of the message router's link table, so the message hot path pays nothing
 for them: their engines hand their deliveries and flow here (:class:`LinkRouter` is their
 :class:`wire.assembly.LinkOwner`); :class:`router.core.Router` hands their attach and detach here.
+Each side counts its deliveries and their outcomes (integer additions per delivery, nothing logged), which
+management lists in ``router.link`` as Dispatch lists its link-routed links: ``endpoint`` links owned by the
+route's address (``C``/``D`` prefix, ``E``/``F`` pattern), each naming the other side as its ``peer``
+(:meth:`LinkRouter.management_rows`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 import proton
 from cproton_ffi import lib
 
+from router.links import next_link_id
 from router.patterns import PatternTable
 from wire import raw
 from wire.assembly import KEEP, MESSAGE_SIZE_EXCEEDED
@@ -129,6 +134,19 @@ class LinkRoute:
         return address
 
 
+def _count_outcome(side: "RoutedLink", state: int) -> None:
+    """A delivery of ``side`` settled with ``state``: count its terminal outcome (router.link acceptedCount
+    and the like); other states (a transaction's declared) count as none of the four, as in Dispatch."""
+    if state == raw.ACCEPTED:
+        side.accepted += 1
+    elif state == raw.REJECTED:
+        side.rejected += 1
+    elif state == raw.RELEASED:
+        side.released += 1
+    elif state == raw.MODIFIED:
+        side.modified += 1
+
+
 def route_serves(route: LinkRoute, rc) -> bool:
     """Whether connection ``rc`` leads to a container of ``route`` (by connection name or container id)."""
     return ((route.connection is not None and rc.name == route.connection)
@@ -140,10 +158,17 @@ class RoutedLink:
     ``incoming`` and ``max_message_size``)."""
 
     __slots__ = ("ptr", "rc", "peer", "route", "deliveries", "receiving", "open", "owner", "incoming",
-                 "max_message_size", "gate", "container")
+                 "max_message_size", "gate", "container", "id", "name", "delivery_count", "presettled",
+                 "accepted", "rejected", "released", "modified")
 
-    def __init__(self, ptr, rc, route: LinkRoute, receiving: bool, owner: "LinkRouter", container: bool = False):
+    def __init__(self, ptr, rc, route: LinkRoute, receiving: bool, owner: "LinkRouter", container: bool = False,
+                 name: str = ""):
         self.ptr = ptr
+        self.id = next_link_id()  # router.link identity, from the same sequence as message-routed links
+        self.name = name          # both sides carry the client's link name
+        # Management counters (router.link): deliveries through this side and the outcomes they settled with.
+        self.delivery_count = self.presettled = 0
+        self.accepted = self.rejected = self.released = self.modified = 0
         # The side attached to the route's container itself (not to a neighbour router on the way to it):
         # its deliveries count as from/to a route container (LinkRouter.deliveries_from_container).
         self.container = container
@@ -252,13 +277,13 @@ class LinkRouter:
         out.snd_settle_mode = lo.remote_snd_settle_mode
         out.rcv_settle_mode = lo.remote_rcv_settle_mode
         out.open()
-        client_side = RoutedLink(link, engine.app, route, not lo.is_sender, self)
+        client_side = RoutedLink(link, engine.app, route, not lo.is_sender, self, name=lo.name)
         gate = engine.app.gate
         if gate is not None and client_side.receiving:
             client_side.gate = gate
             client_side.max_message_size = gate.policy.max_message_size
         out_ptr = raw.pointer(out)
-        container_side = RoutedLink(out_ptr, container, route, lo.is_sender, self, container=direct)
+        container_side = RoutedLink(out_ptr, container, route, lo.is_sender, self, container=direct, name=lo.name)
         client_side.peer, container_side.peer = container_side, client_side
         self.links[link] = client_side
         self.links[out_ptr] = container_side
@@ -354,9 +379,11 @@ class LinkRouter:
         """A whole message on the side where the router receives (the engine assembled it and advanced
         the link): it goes on to the other side with the same delivery tag."""
         peer = side.peer
+        side.delivery_count += 1
         if peer is None or not peer.open or msg is None:
             raw.set_modified(d, failed=True)
             raw.delivery_settle(d)
+            side.modified += 1
             return
         gate = side.gate
         if gate is not None and gate.check_user_id:
@@ -366,10 +393,12 @@ class LinkRouter:
                 if not raw.delivery_settled(d):
                     raw.set_rejected(d, UNAUTHORIZED_ACCESS, why)
                 raw.delivery_settle(d)
+                side.rejected += 1
                 self._sync_credit(side)
                 side.rc.engine.wake()
                 return
         out = raw.send_message(peer.ptr, raw.delivery_tag(d), msg)
+        peer.delivery_count += 1
         if side.container:
             self.deliveries_from_container += 1
         elif peer.container:
@@ -381,6 +410,8 @@ class LinkRouter:
         if raw.delivery_settled(d):
             raw.delivery_settle(out)
             raw.delivery_settle(d)
+            side.presettled += 1
+            peer.presettled += 1
         else:
             side.deliveries[d] = out
             peer.deliveries[out] = d
@@ -404,6 +435,8 @@ class LinkRouter:
             peer.deliveries.pop(partner, None)
             raw.delivery_settle(partner)
             raw.delivery_settle(d)
+            _count_outcome(side, state)
+            _count_outcome(peer, state)
         peer.rc.engine.wake()
 
     def on_link_flow(self, engine, side: RoutedLink) -> None:
@@ -440,6 +473,35 @@ class LinkRouter:
                 raw.link_set_drain(receiving, False)
         a.rc.engine.wake()
         a.peer.rc.engine.wake()
+
+    # -- management -----------------------------------------------------------------------------------
+    def management_rows(self) -> list[dict]:
+        """The router.link attributes (Qpid Dispatch 1.19 names) of both sides of every routed link pair,
+        as Dispatch lists link-routed links (src/router_core/agent_link.c): ``endpoint`` links owned by the
+        route's address (its C/D/E/F key), each naming the other side as its ``peer``. ``undeliveredCount``
+        is what proton still holds to send, ``unsettledCount`` the deliveries awaiting the other side's
+        outcome; ``operStatus`` is ``down`` until the container has answered the attach."""
+        rows = []
+        for side in self.links.values():
+            engine = side.rc.engine
+            try:
+                credit = raw.link_credit(side.ptr)
+                queued = 0 if side.receiving else raw.link_queued(side.ptr)
+            except Exception:  # a link being torn down may already be freed by the engine
+                credit = queued = 0
+            peer = side.peer
+            rows.append({
+                "identity": str(side.id), "linkName": side.name, "linkType": "endpoint",
+                "linkDir": "in" if side.receiving else "out", "owningAddr": side.route.key,
+                "peer": str(peer.id) if peer is not None else None,
+                "capacity": engine.settings.link_capacity, "undeliveredCount": queued,
+                "unsettledCount": len(side.deliveries), "deliveryCount": side.delivery_count,
+                "presettledCount": side.presettled, "acceptedCount": side.accepted,
+                "rejectedCount": side.rejected, "releasedCount": side.released, "modifiedCount": side.modified,
+                "creditAvailable": credit, "connectionId": str(engine.id),
+                "adminStatus": "enabled", "operStatus": "up" if side.open else "down",
+            })
+        return rows
 
     # -- detach ---------------------------------------------------------------------------------------
     def link_closed(self, link) -> bool:

@@ -2,7 +2,9 @@
 router.node, allocator (Qpid Dispatch 1.19 attribute names; Qpid Dispatch 1.19 tools/qdstat, qdrouter.json).
 
 Everything is read at the moment of the request from the router's own records (``Router.connections``,
-each connection's ``links``, ``Router.addresses``, the link routes and auto-links of ``Router.control``)
+each connection's ``links``, the control links and link-routed pairs through their owners' ``management_rows``
+(router/interrouter.py, router/linkroutes.py), ``Router.addresses``, the link routes and auto-links of
+``Router.control``)
 and the forwarder's counters (delayed, stuck and settle-rate figures: router/forwarder.py, docs/management.md);
 attributes this router does not track (ingress histograms, zero-credit time, fallback) are 0 or null rather
 than invented. Closing a connection or a link goes through ``Router.control``.
@@ -17,7 +19,6 @@ from wire import raw
 from wire.management import bad_request
 
 from router.core import HEARTBEAT_ADDRESS, VERSION
-from router.interrouter import CONTROL_CREDIT
 from router.management.base import EntityAdapter, require_str
 from router.edgetracking import TRACKING_KEY
 from router.management.lookupserver import LOOKUP_ADDRESS
@@ -40,12 +41,10 @@ def _links(router):
             yield rc, rl
 
 
-def _control_links(router):
-    """Every router-control link of every inter-router connection."""
-    for rc in router.connections:
-        if rc.mesh is not None:
-            for c in rc.mesh.control_links:
-                yield rc, c
+def _other_link_rows(router) -> list[dict]:
+    """router.link attributes of the links outside the forwarder's link tables: the inter-router control
+    links (router/interrouter.py) and both sides of every link-routed pair (router/linkroutes.py)."""
+    return router.inter_router.management_rows(router.connections) + router.link_router.management_rows()
 
 
 def _seconds(now: float, then) -> int | None:
@@ -87,7 +86,7 @@ class RouterEntity(EntityAdapter):
         ingress, egress = closed.get("deliveriesIngress", 0), closed.get("deliveriesEgress", 0)
         ingress_rc = closed.get("deliveriesIngressRouteContainer", 0)
         egress_rc = closed.get("deliveriesEgressRouteContainer", 0)
-        links = sum(1 for _ in _control_links(r))   # Dispatch's linkCount includes router-control links
+        links = len(_other_link_rows(r))   # Dispatch's linkCount counts router-control and link-routed links too
         for rc, rl in _links(r):
             links += 1
             for attr, key in LINK_TOTALS.items():
@@ -223,7 +222,15 @@ def link_type(rc, rl=None) -> str:
 # QDR_N_PRIORITIES (inter-router data links per connection, one per priority 0..9).
 DEFAULT_LINK_PRIORITY = 4
 DATA_LINK_COUNT = 10
-CONTROL_LINK_PRIORITY = 9   # QDR_MAX_PRIORITY: Dispatch's router-control links
+
+#: router.link values of a link that counts nothing: what the control and link-routed rows leave out.
+_LINK_ZEROS = {
+    "adminStatus": "enabled", "operStatus": "up", "owningAddr": None, "peer": None, "undeliveredCount": 0,
+    "unsettledCount": 0, "deliveryCount": 0, "presettledCount": 0, "droppedPresettledCount": 0,
+    "acceptedCount": 0, "rejectedCount": 0, "releasedCount": 0, "modifiedCount": 0, "deliveriesDelayed1Sec": 0,
+    "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0, "creditAvailable": 0, "zeroCreditSeconds": 0,
+    "settleRate": 0, "priority": DEFAULT_LINK_PRIORITY,
+}
 
 
 def data_link_priorities(router) -> dict:
@@ -246,7 +253,8 @@ def data_link_priorities(router) -> dict:
 
 class LinkEntity(EntityAdapter):
     short = "router.link"
-    description = "One link attached to the router (message-routed)."
+    description = ("One link attached to the router: message-routed (endpoint, inter-router data, edge), "
+                   "router-control, or one side of a link-routed pair.")
     attributes = (
         "adminStatus", "operStatus", "linkName", "linkType", "linkDir", "owningAddr", "capacity", "peer",
         "undeliveredCount", "unsettledCount", "deliveryCount", "presettledCount", "droppedPresettledCount",
@@ -257,7 +265,8 @@ class LinkEntity(EntityAdapter):
     operations = ("UPDATE", "READ")
 
     def rows(self) -> list[dict]:
-        out = [self._control_row(rc, c) for rc, c in _control_links(self.router)]
+        out = [self.row(values["linkName"], values["identity"], dict(_LINK_ZEROS, **values))
+               for values in _other_link_rows(self.router)]
         priorities = data_link_priorities(self.router)
         forwarder = self.router.forwarder
         for rc, rl in _links(self.router):
@@ -284,24 +293,6 @@ class LinkEntity(EntityAdapter):
             out.append(self.row(rl.name, str(rl.id), values))
         out.sort(key=lambda row: (int(row["connectionId"]), int(row["identity"])))
         return out
-
-    def _control_row(self, rc, c) -> dict:
-        """A router-control link (Dispatch lists them with priority 9, QDR_MAX_PRIORITY): control messages
-        are pre-settled, so only their count is kept."""
-        try:
-            credit = raw.link_credit(c.ptr)
-        except Exception:  # a link being torn down may already be freed by the engine
-            credit = 0
-        values = {
-            "adminStatus": "enabled", "operStatus": "up", "linkName": c.name, "linkType": "router-control",
-            "linkDir": "in" if c.incoming else "out", "owningAddr": None, "capacity": CONTROL_CREDIT,
-            "peer": None, "undeliveredCount": 0, "unsettledCount": 0, "deliveryCount": c.delivery_count,
-            "presettledCount": c.delivery_count, "droppedPresettledCount": 0, "acceptedCount": 0,
-            "rejectedCount": 0, "releasedCount": 0, "modifiedCount": 0, "deliveriesDelayed1Sec": 0,
-            "deliveriesDelayed10Sec": 0, "deliveriesStuck": 0, "creditAvailable": credit, "zeroCreditSeconds": 0,
-            "settleRate": 0, "priority": CONTROL_LINK_PRIORITY, "connectionId": str(rc.engine.id),
-        }
-        return self.row(c.name, str(c.id), values)
 
     def update(self, row: dict, attrs: dict) -> dict:
         """adminStatus disabled/deleted detaches the link (its deliveries go back to their producers)."""
