@@ -48,7 +48,7 @@ from wire.amqptypes import (  # noqa: F401 - re-exported: wire.codec is the hist
 )
 
 __all__ = [
-    "CodecError", "Sections", "scan", "message_to", "properties_fields",
+    "CodecError", "Sections", "scan", "head_end", "message_to", "properties_fields",
     "RouterAnnotations", "read_router_annotations", "strip_router_annotations", "set_router_annotations",
     "encode_value", "decode_value", "encode_message", "message_body_bytes",
     "Symbol", "UByte", "UShort", "UInt", "ULong", "Byte", "Short", "Int", "Float32", "Char", "Timestamp",
@@ -270,6 +270,19 @@ def scan(msg: bytes) -> Sections:
         raise
     except _DECODE_ERRORS as e:
         raise CodecError(f"malformed message: {e}") from None
+
+
+def head_end(prefix: bytes) -> int | None:
+    """Where the part of a message the router reads ends, in the first bytes of a message still arriving:
+    the offset of its first section from application-properties on (AMQP 1.0 §3.2: header,
+    delivery-annotations, message-annotations and properties come first), or None when ``prefix`` ends
+    before that (or is not a well-formed message start: it is then assembled whole and refused there).
+    The router streams a large message once this is known: the head is all it parses and rewrites."""
+    try:
+        pos, code, _ = _walk(prefix, 4)
+    except (CodecError, *_DECODE_ERRORS):
+        return None
+    return None if code is None else pos
 
 
 def _list_header(b, vpos, n):

@@ -178,6 +178,8 @@ class EngineConnection:
         self.failed = False
         # Back-pressure (see pause_reading): the driver stops reading the socket while this is set.
         self.read_paused = False
+        self._pause_asked = False  # pause_reading in force (the router's memory budget)
+        self.read_holds = 0  # hold_reading in force (streamed messages without room downstream)
         self.on_resume_reading = _noop  # the driver installs its wake-up for a paused reader
         self.opened_at_remote = False  # the peer's OPEN arrived (the handshake is done)
         # Output accounting: bytes the application handed to the engine for this peer (it adds them) and
@@ -481,10 +483,27 @@ class EngineConnection:
         """Stop taking bytes from the peer (TCP back-pressure) until :meth:`resume_reading`.
 
         Bytes already fed are still processed; the driver's reader waits before its next read."""
+        self._pause_asked = True
         self.read_paused = True
 
     def resume_reading(self) -> None:
-        if self.read_paused:
+        self._pause_asked = False
+        if self.read_paused and not self.read_holds:
+            self.read_paused = False
+            self.on_resume_reading()
+
+    def hold_reading(self) -> None:
+        """Like :meth:`pause_reading`, for one of several independent reasons (a streamed message whose
+        destination has no room, one hold each): reading resumes when every hold is released and no
+        pause is asked."""
+        self.read_holds += 1
+        self.read_paused = True
+
+    def release_reading(self) -> None:
+        """Release one :meth:`hold_reading`."""
+        if self.read_holds:
+            self.read_holds -= 1
+        if self.read_paused and not self.read_holds and not self._pause_asked:
             self.read_paused = False
             self.on_resume_reading()
 

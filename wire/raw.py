@@ -157,6 +157,47 @@ def send_unique_tagged(link, seq: int, payload: bytes, unsettled: int):
     return send_message(link, b"x%x" % seq, payload)
 
 
+# -- streamed deliveries (a message sent frame by frame as its bytes arrive) --------------------------
+_pn_delivery_abort = lib.pn_delivery_abort
+_pn_session_set_incoming_capacity = lib.pn_session_set_incoming_capacity
+
+
+def begin_ring_tagged(link, seq: int, payload: bytes):
+    """Start a delivery with the ring tag for ``seq`` and write its first bytes without ending it: proton
+    sends what it has in transfer frames with ``more`` set (AMQP 1.0 §2.7.5); :func:`send_more` adds
+    bytes and :func:`link_advance` ends it. Returns the delivery."""
+    d = _pn_delivery(link, _ring_tags[seq & 0xFFFF])
+    if payload:
+        _pn_link_send(link, payload, len(payload))
+    return d
+
+
+def begin_tagged(link, tag: bytes, payload: bytes):
+    """:func:`begin_ring_tagged` with an explicit tag (more unsettled deliveries than the ring holds)."""
+    d = _pn_delivery(link, (len(tag), _from_buffer(tag)))
+    if payload:
+        _pn_link_send(link, payload, len(payload))
+    return d
+
+
+def send_more(link, payload: bytes) -> None:
+    """More bytes of the link's current (unfinished) delivery."""
+    _pn_link_send(link, payload, len(payload))
+
+
+def delivery_abort(d) -> None:
+    """Abort an unfinished outgoing delivery: proton sends a transfer with ``aborted`` set and settles it
+    (AMQP 1.0 §2.7.5); the receiver discards what it got."""
+    _pn_delivery_abort(d)
+
+
+def session_set_incoming_capacity(session, nbytes: int) -> None:
+    """Bound the bytes proton buffers for a session's incoming deliveries that the application has not read:
+    the session's incoming-window (AMQP 1.0 §2.5.6) closes when they reach ``nbytes``, so a sender stops
+    sending on that session alone while its other sessions keep flowing."""
+    _pn_session_set_incoming_capacity(session, nbytes)
+
+
 def copy_outcome(src, dst) -> int:
     """Copy the remote outcome of delivery ``src`` (with its details) to the local state of ``dst``.
 

@@ -596,3 +596,47 @@ def test_set_session_error(ab):
     pump(p)
     assert a.session.remote_condition.name == "amqp:resource-limit-exceeded"
     assert a.session.remote_condition.description == "enough"
+
+
+def test_streamed_send_begin_more_advance_and_abort():
+    a = Peer(max_frame_size=4096)
+    b = Peer(server=True, auto_read=False, max_frame_size=4096)
+    p = Pipe(a, b)
+    pump(p)
+    s, r = _in_link(a, b, p)
+    part = os.urandom(10_000)
+    d = raw.begin_ring_tagged(s._impl, 7, part)
+    pump(p)
+    rd = raw.link_current(r._impl)
+    assert raw.delivery_partial(rd) and raw.recv_all(r._impl) == part
+    raw.send_more(s._impl, part)
+    raw.link_advance(s._impl)
+    pump(p)
+    assert not raw.delivery_partial(rd) and raw.recv_all(r._impl) == part
+    assert raw.delivery_tag(rd) == b"0007"
+    raw.link_advance(r._impl)
+    d2 = raw.begin_tagged(s._impl, b"x1", part)
+    pump(p)
+    rd2 = raw.link_current(r._impl)
+    assert raw.delivery_partial(rd2)
+    raw.delivery_abort(d2)
+    pump(p)
+    assert raw.delivery_aborted(rd2)
+    assert d is not None
+
+
+def test_session_incoming_capacity_stops_the_sender_until_read():
+    a = Peer(max_frame_size=16384)
+    b = Peer(server=True, auto_read=False, max_frame_size=16384)
+    p = Pipe(a, b)
+    pump(p)
+    s, r = _in_link(a, b, p, credit=0)
+    raw.session_set_incoming_capacity(raw.link_session(r._impl), 256 * 1024)
+    r.flow(1)
+    pump(p)
+    raw.begin_ring_tagged(s._impl, 1, os.urandom(2_000_000))
+    pump(p)
+    first = len(raw.recv_all(r._impl))
+    assert 0 < first <= 256 * 1024  # the window held the rest at the sender
+    pump(p)
+    assert 0 < len(raw.recv_all(r._impl)) <= 256 * 1024  # reading reopened it
