@@ -277,7 +277,9 @@ class LinkEntity(EntityAdapter):
                 credit = 0
             values = {
                 "adminStatus": "enabled", "operStatus": "up", "linkName": rl.name, "linkType": link_type(rc, rl),
-                "linkDir": "in" if rl.incoming else "out", "owningAddr": addr.key if addr is not None else None,
+                "linkDir": "in" if rl.incoming else "out",
+                # Dispatch's data links are anonymous: no owning address (qdstat -l shows no class or addr).
+                "owningAddr": addr.key if addr is not None and not rl.inter_router else None,
                 "capacity": rl.capacity, "peer": None,
                 "undeliveredCount": len(rl.undelivered),
                 "unsettledCount": rl.outstanding if rl.incoming else len(rl.unsettled),
