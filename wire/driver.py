@@ -4,6 +4,11 @@ One task tree per connection (a reader and a writer in a nursery). The reader re
 lets the engine handle everything the chunk produced; the writer wakes when any engine work happened
 (on this connection, or on another one that forwarded to it) and writes all pending output at once.
 A failing connection ends its own task tree and nothing else.
+
+A connection's deadlines (proton's heartbeat and idle time-out, the handshake and close deadlines) are
+kept by the one timer of :mod:`wire.timers`, which wakes the writer like any other work: a wake-up enters
+no cancel scope and puts nothing into Trio's deadline heap, and an idle connection costs nothing until
+its next deadline.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import trio
 from wire.connection import EngineConnection, printable
 from wire.sasl import warn_plaintext_password
 from wire.saslserver import SaslServer
+from wire.timers import current_timers
 from wire.tls import CertificateUserIds, ClientTls, ServerTls, peer_info
 
 log = logging.getLogger("wire.driver")
@@ -77,6 +83,8 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection, *,
         wakeup.set()
 
     engine.wake = wake
+    timers = current_timers()
+    timer = timers.entry(wake)  # the writer's deadlines wake it through the shared timer
 
     async def reader(cancel_scope: trio.CancelScope) -> None:
         try:
@@ -134,8 +142,8 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection, *,
                                  engine.id, printable(engine.remote_host), handshake_timeout)
                         break
                     handshake_deadline = math.inf
-                with trio.move_on_at(min(deadline or math.inf, close_deadline, handshake_deadline)):
-                    await wakeup.wait()
+                timers.schedule(timer, min(deadline or math.inf, close_deadline, handshake_deadline))
+                await wakeup.wait()
                 wakeup = trio.Event()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("connection %d write ended: %r", engine.id, exc)
@@ -148,6 +156,7 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection, *,
     except Exception:
         log.exception("connection %d failed", engine.id)
     finally:
+        timers.cancel(timer)
         engine.abort()
         engine.dispose()
         with trio.CancelScope(shield=True):
