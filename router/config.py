@@ -268,10 +268,7 @@ def _rules_http_listener(ent: Entity, label: str) -> None:
 
 
 def _rules_address(ent: Entity, label: str) -> None:
-    _check_match(ent, label)
-    if ent["enableFallback"] and (ent["waypoint"] or ent["ingressPhase"] or ent["egressPhase"]):
-        raise _err(ent, "enableFallback",
-                   f"{label}: enableFallback cannot be combined with waypoint or non-zero phases")
+    _check_match(ent, label)   # enableFallback: yes is refused (schema.NOT_IMPLEMENTED) before this
 
 
 def _rules_link_route(ent: Entity, label: str) -> None:
@@ -285,7 +282,7 @@ def _rules_auto_link(ent: Entity, label: str) -> None:
     # containerId and connection as for linkRoute; with neither the auto-link never attaches (the daemon
     # warns at start-up).
     if ent["phase"] is None:
-        ent.attrs["phase"] = 1 if ent["direction"] == "in" and not ent["fallback"] else 0
+        ent.attrs["phase"] = 1 if ent["direction"] == "in" else 0   # fallback: yes is refused (schema.NOT_IMPLEMENTED)
 
 
 def _rules_log(ent: Entity, label: str) -> None:

@@ -10,9 +10,9 @@ Nothing here parses files: :mod:`router.config` does that and reports errors
 with file and line.  :meth:`Attr.convert` raises :class:`ValueError` with a
 message that names the attribute, the bad value and what is allowed.
 
-Why one module of ~600 lines: it is one table, every entity Dispatch's ``qdrouter.json`` defines, with the
-list of settings refused as not enforced beside the attributes they refer to; splitting it by entity would
-scatter what docs/configuration.md and the tests read as a whole.
+Why one module of ~670 lines: it is one table, every entity Dispatch's ``qdrouter.json`` defines, with the
+lists of settings refused as not enforced or not implemented beside the attributes they refer to; splitting
+it by entity would scatter what docs/configuration.md and the tests read as a whole.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ ACTIVE = "active"        # parsed and acted on
 PENDING = "pending"      # parsed and stored; takes effect in a later release
 INERT = "inert"          # parsed and stored; has no effect in this implementation
 DEPRECATED = "deprecated"  # deprecated in Dispatch; parsed, stored and ignored
-REFUSED = "refused"      # a security setting not enforced yet: refused unless absent or "off" (UNENFORCED)
+REFUSED = "refused"      # not enforced: refused unless absent or at a value that is what tdrouterd does anyway
+                         # (UNENFORCED: security settings; NOT_IMPLEMENTED: the others)
 
 SCHEMA_PREFIX = "org.apache.qpid.dispatch."
 
@@ -288,8 +289,8 @@ _ROUTER = _entity("router", "router", [
          doc="Directory of the Cyrus-style SASL configuration <saslConfigName>.conf (mech_list, sasldb_path "
              "naming a users file made with tdpasswd)."),
     Attr("saslConfigName", "string", "qdrouterd", doc="SASL configuration name (the file <name>.conf)."),
-    Attr("allowResumableLinkRoute", "boolean", True, status=PENDING,
-         doc="Allow link routes for durable or expiring termini."),
+    Attr("allowResumableLinkRoute", "boolean", True, status=REFUSED,
+         doc="Allow link routes for durable or expiring termini (only yes, the default: they are always routed)."),
     Attr("timestampsInUTC", "boolean", False, doc="Log timestamps in UTC instead of local time."),
     Attr("timestampFormat", "string", doc="strftime format for log timestamps (default: 2026-11-25 02:41:07,907)."),
     Attr("metadata", "string", doc="Free text describing this router; not interpreted."),
@@ -328,8 +329,8 @@ def _connection_attrs(kind: str) -> list[Attr]:
              doc="Largest AMQP frame offered in OPEN."),
         Attr("maxSessions", "integer", 32768, min=0, max=65535,
              doc="Channel limit offered in OPEN (0 = default)."),
-        Attr("maxSessionFrames", "integer", min=0, status=PENDING,
-             doc="Session incoming window in frames (unset or 0 = unlimited)."),
+        Attr("maxSessionFrames", "integer", min=0, status=REFUSED,
+             doc="Session incoming window in frames (only unset or 0: the AMQP engine's default window)."),
         Attr("idleTimeoutSeconds", "integer", 16, min=0,
              doc="Close the connection when nothing arrives for this long (0 = never)."),
         Attr("stripAnnotations", "enum", "both", enum=STRIP_ANNOTATIONS,
@@ -341,13 +342,14 @@ def _connection_attrs(kind: str) -> list[Attr]:
              doc="Largest message (bytes) accepted from this connection's senders; 0 = no limit. "
                  "It is sent as the links' max-message-size; a larger message is rejected with "
                  "amqp:link:message-size-exceeded and its link detached with that condition."),
-        Attr("messageLoggingComponents", "string", "none", legacy=("logMessage",), status=PENDING,
-             doc="Message fields to log: 'none', 'all' or a comma list."),
+        Attr("messageLoggingComponents", "string", "none", legacy=("logMessage",), status=REFUSED,
+             doc="Message fields to log (only 'none': messages are not logged)."),
         Attr("policyVhost", "string", status=ACTIVE if kind == "listener" else REFUSED,
              doc="Vhost policy for this listener's connections, whatever hostname their OPEN names."
              if kind == "listener" else "Policy vhost for this connection (outgoing connections are not "
              "policed: refused)."),
-        Attr("openProperties", "properties", status=PENDING, doc="JSON map sent as OPEN properties."),
+        Attr("openProperties", "properties", status=REFUSED,
+             doc="JSON map sent as OPEN properties (refused unless empty: not sent yet)."),
     ]
 
 
@@ -355,8 +357,8 @@ _LISTENER = _entity("listener", "listener", [
     Attr("host", "string", "", legacy=("addr",),
          doc="Address to listen on; empty listens on all local addresses."),
     *_connection_attrs("listener"),
-    Attr("socketAddressFamily", "enum", enum=ADDRESS_FAMILIES, legacy=("protocolFamily",), status=PENDING,
-         doc="Force IPv4 or IPv6; default: from the host."),
+    Attr("socketAddressFamily", "enum", enum=ADDRESS_FAMILIES, legacy=("protocolFamily",), status=REFUSED,
+         doc="Force IPv4 or IPv6 (refused: write host as an address of the family, 0.0.0.0 or ::)."),
     Attr("authenticatePeer", "boolean", False,
          doc="No anonymous login; on a TLS listener a client certificate signed by caCertFile is required."),
     Attr("saslPlugin", "string", status=REFUSED, doc="Name of an authServicePlugin."),
@@ -384,8 +386,11 @@ _LISTENER = _entity("listener", "listener", [
 _CONNECTOR = _entity("connector", "connector", [
     Attr("host", "string", "127.0.0.1", legacy=("addr",), doc="Host name or IP literal to connect to."),
     *_connection_attrs("connector"),
-    Attr("protocolFamily", "enum", enum=ADDRESS_FAMILIES, status=PENDING, doc="Force IPv4 or IPv6."),
-    Attr("allowRedirect", "boolean", True, status=PENDING, doc="Follow a peer's redirect."),
+    Attr("protocolFamily", "enum", enum=ADDRESS_FAMILIES, status=REFUSED,
+         doc="Force IPv4 or IPv6 (refused: write host as an IPv4 or IPv6 address)."),
+    Attr("allowRedirect", "boolean", False, status=REFUSED,
+         doc="Follow a peer's redirect (only no: a connector reconnects to its own host and port; Dispatch's "
+             "default is yes)."),
     Attr("verifyHostname", "boolean", True, legacy=("verifyHostName",),
          doc="Check the peer certificate's host name (TLS)."),
     Attr("saslUsername", "string", doc="SASL user name (PLAIN)."),
@@ -412,8 +417,8 @@ _ADDRESS = _entity("address", "router.config.address", [
     Attr("ingressPhase", "integer", min=0, max=9, doc="Override the ingress phase."),
     Attr("egressPhase", "integer", min=0, max=9, doc="Override the egress phase."),
     Attr("priority", "integer", min=0, max=9, doc="Priority for messages that carry none."),
-    Attr("enableFallback", "boolean", False, legacy=("fallback",),
-         doc="Redirect undeliverable messages to the fallback destination."),
+    Attr("enableFallback", "boolean", False, legacy=("fallback",), status=REFUSED,
+         doc="Redirect undeliverable messages to the fallback destination (only no: not implemented)."),
 ], doc="Message-routing treatment of an address space.")
 
 _LINK_ROUTE = _entity("linkRoute", "router.config.linkRoute", [
@@ -441,8 +446,8 @@ _AUTO_LINK = _entity("autoLink", "router.config.autoLink", [
     Attr("connection", "string", doc="Attach on the listener/connector with this name."),
     Attr("externalAddress", "string", legacy=("externalAddr",),
          doc="Address on the remote container when it differs."),
-    Attr("fallback", "boolean", False, status=PENDING,
-         doc="This link serves the address's fallback destination."),
+    Attr("fallback", "boolean", False, status=REFUSED,
+         doc="This link serves the address's fallback destination (only no: not implemented)."),
 ], doc="A link the router keeps attached to a container (broker queue).")
 
 _LOG = _entity("log", "log", [
@@ -580,6 +585,61 @@ UNENFORCED_SECTIONS: dict[str, tuple[str, str]] = {
 }
 
 
+# ---------------------------------------------------------------------------
+# Other settings tdrouterd does not act on (issue 18)
+# ---------------------------------------------------------------------------
+# Dispatch settings whose default is what tdrouterd does anyway, but which it cannot do otherwise: the
+# default (or an equivalent value) is accepted, anything else is refused at start-up with FILE:LINE, and
+# by management CREATE with 400, saying what to write instead. docs/configuration.md says the same.
+
+_SESSION_FRAMES = ("sessions keep the AMQP engine's default incoming window",
+                   "remove it: linkCapacity bounds each link's deliveries in flight and router "
+                   "maxConnectionBufferedBytes the bytes one connection may have buffered")
+_MESSAGE_LOGGING = ("messages are not logged (a log line per message would cost every message)",
+                    "remove it, or set it to none; a flowRecords section records every message's route for tdflow")
+_OPEN_PROPERTIES = ("the router does not send them in its OPEN yet", "remove it")
+_FALLBACK = ("the router has no fallback destinations", "remove it, or set it to no")
+
+#: (section, attribute) -> (values that are what tdrouterd does, why another is refused, what to do instead).
+NOT_IMPLEMENTED: dict[tuple[str, str], tuple[tuple, str, str]] = {
+    ("router", "allowResumableLinkRoute"): (
+        (True,), "link routes always pass durable and expiring termini through (Dispatch's default, yes)",
+        "remove it"),
+    ("listener", "maxSessionFrames"): ((0,), *_SESSION_FRAMES),
+    ("connector", "maxSessionFrames"): ((0,), *_SESSION_FRAMES),
+    ("listener", "messageLoggingComponents"): (("none",), *_MESSAGE_LOGGING),
+    ("connector", "messageLoggingComponents"): (("none",), *_MESSAGE_LOGGING),
+    ("listener", "openProperties"): (({},), *_OPEN_PROPERTIES),
+    ("connector", "openProperties"): (({},), *_OPEN_PROPERTIES),
+    ("listener", "socketAddressFamily"): (
+        (), "a listener listens on every address its host resolves to",
+        "remove it and write host as an address of the family: 0.0.0.0 (IPv4) or :: (IPv6), or one interface's"),
+    ("connector", "protocolFamily"): (
+        (), "a connector tries every address its host resolves to",
+        "remove it and write host as an IPv4 or IPv6 address"),
+    ("connector", "allowRedirect"): (
+        (False,), "a connector does not follow a peer's redirect (amqp:connection:redirect): it reconnects to its "
+                  "own host and port", "remove it, or set it to no"),
+    ("address", "enableFallback"): ((False,), *_FALLBACK),
+    ("autoLink", "fallback"): ((False,), *_FALLBACK),
+}
+
+
+def not_implemented(section: str, attr: str, value: Any) -> str | None:
+    """``"<attr> <value> is not implemented: <why>; <instead>"`` when *value* (given explicitly for *attr*
+    of a *section*) asks for something tdrouterd does not do; None when it is allowed."""
+    entry = NOT_IMPLEMENTED.get((section, attr))
+    if entry is None or value is None:
+        return None
+    accepted, why, instead = entry
+    if any(value == ok and type(value) is type(ok) for ok in accepted):
+        return None
+    shown = f" {_fmt(value)}" if isinstance(value, (str, int, float)) else ""
+    if isinstance(value, bool):
+        shown = " yes" if value else " no"
+    return f"{attr}{shown} is not implemented: {why}; {instead}"
+
+
 def mechanisms(value: str | None) -> list[str]:
     """A ``saslMechanisms`` value as a list of upper-case mechanism names (space or comma separated)."""
     return (value or "").replace(",", " ").upper().split()
@@ -587,9 +647,12 @@ def mechanisms(value: str | None) -> list[str]:
 
 def unenforced(section: str, attr: str, value: Any) -> str | None:
     """``"<attr> is not enforced yet: <why>; <instead>"`` when *value* (given explicitly for *attr* of a
-    *section*) turns on a security setting tdrouterd does not enforce; None when it is allowed."""
+    *section*) turns on a security setting tdrouterd does not enforce, the :func:`not_implemented` refusal
+    when it asks for something else tdrouterd does not do; None when it is allowed."""
     refusal = UNENFORCED.get((section, attr))
-    if refusal is None or value is None or value is False:
+    if refusal is None:
+        return not_implemented(section, attr, value)
+    if value is None or value is False:
         return None
     why, instead = refusal
     return f"{attr} is not enforced yet: {why}; {instead}"
