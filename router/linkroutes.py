@@ -45,6 +45,9 @@ log = logging.getLogger("router.linkroutes")
 
 NO_ROUTE = "qd:no-route-to-dest"
 ROUTED_LINK_LOST = "qd:routed-link-lost"
+# The refusal of a durable or expiring terminus when resumable link routes are not allowed (Qpid Dispatch 1.19
+# src/router_core/connections.c QDR_CONDITION_INVALID_LINK_EXPIRATION, router allowResumableLinkRoute).
+LINK_EXPIRATION = "qd:link-expiration"
 
 # The address a coordinator target is routed by, and the refusal of one no link route covers (Qpid Dispatch
 # 1.19 src/router_core/terminus.c QDR_COORDINATOR_ADDRESS; connections.c
@@ -62,6 +65,13 @@ _PLAIN_STATES = frozenset((0, raw.RECEIVED, raw.ACCEPTED, raw.REJECTED, raw.RELE
 def is_coordinator(lo: proton.Link) -> bool:
     """Whether the peer's attach is a sender to a transaction coordinator (AMQP 1.0 §4.5.1)."""
     return not lo.is_sender and lo.remote_target.type == proton.Terminus.COORDINATOR
+
+
+def survives_disconnect(terminus: proton.Terminus) -> bool:
+    """Whether the peer asks for a terminus that outlives its link (AMQP 1.0 §3.5.3 timeout, §3.5.6
+    expiry-policy ``never``), as Qpid Dispatch 1.19 src/router_core/terminus.c qdr_terminus_survives_disconnect
+    decides: a timeout above 0 or expiry-policy never."""
+    return terminus.timeout > 0 or terminus.expiry_policy == proton.Terminus.EXPIRE_NEVER
 
 
 def copy_state(src, dst) -> None:
@@ -200,6 +210,10 @@ class LinkRouter:
         # Route Container" and "... to Route Container").
         self.deliveries_from_container = 0
         self.deliveries_to_container = 0
+        # Dispatch's router allowResumableLinkRoute (default yes): when False, an attach whose terminus
+        # survives disconnect is refused with qd:link-expiration instead of routed. The configuration file
+        # cannot set False yet (router/schema.py NOT_IMPLEMENTED: the daemon does not pass it here).
+        self.allow_resumable = True
         for i, e in enumerate(entities):
             self._insert(LinkRoute.from_entity(e, i))
 
@@ -258,6 +272,10 @@ class LinkRouter:
         route = self.tables[direction].lookup(self.router.parser.parse(address)[1])
         if route is None:
             return False
+        if not self.allow_resumable and not coordinator and \
+                survives_disconnect(lo.remote_source if lo.is_sender else lo.remote_target):
+            engine.refuse_link(link, LINK_EXPIRATION, "Requested link expiration not allowed")
+            return True
         container = self._container_for(route)
         direct = container is not None
         if container is None:

@@ -1,9 +1,14 @@
 """Link-routed links in router.link (router/linkroutes.py LinkRouter.management_rows, issue 18): both sides
 of a routed pair are listed as Dispatch lists them, ``endpoint`` links owned by the route's C/D key, each
-naming the other as its ``peer``, with their delivery and outcome counts."""
+naming the other as its ``peer``, with their delivery and outcome counts. And the refusal of resumable
+termini a router with ``allowResumableLinkRoute: no`` makes (``LinkRouter.allow_resumable``)."""
 
 from __future__ import annotations
 
+import pytest
+from proton import Endpoint, Terminus
+
+from router.linkroutes import LINK_EXPIRATION
 from router.management import ManagementAgent
 from tests.unit.enginepair import ACCEPTED, REJECTED, RELEASED, RouterHarness, settle
 from tests.unit.router.fixtures import AutoLinkEntity as Entity, broker_answers
@@ -103,3 +108,41 @@ def test_routed_links_leave_router_link_when_detached():
     snd.close()
     h.pump()
     assert _routed(agent) == []
+
+
+# -- allowResumableLinkRoute (LinkRouter.allow_resumable) ---------------------------------------------------
+
+def _durable_receiver(client, address: str, *, expiry=None, timeout: int = 0):
+    rcv = client.receiver(address, open=False)
+    rcv.source.durability = Terminus.DELIVERIES
+    if expiry is not None:
+        rcv.source.expiry_policy = expiry
+    rcv.source.timeout = timeout
+    rcv.open()
+    return rcv
+
+
+@pytest.mark.parametrize("expiry,timeout", [(Terminus.EXPIRE_NEVER, 0), (Terminus.EXPIRE_WITH_LINK, 60)],
+                         ids=["expiry-never", "timeout"])
+def test_a_resumable_terminus_is_refused_when_resumable_link_routes_are_not_allowed(expiry, timeout):
+    h, agent, broker, client = _setup()
+    h.router.link_router.allow_resumable = False
+    rcv = _durable_receiver(client, "test.durable", expiry=expiry, timeout=timeout)
+    h.pump()
+    assert rcv.state & Endpoint.REMOTE_CLOSED and rcv.remote_condition.name == LINK_EXPIRATION
+    assert broker_answers(broker) == []     # nothing went on to the container
+
+
+def test_a_resumable_terminus_is_routed_by_default_and_a_plain_one_always():
+    h, agent, broker, client = _setup()
+    durable = _durable_receiver(client, "test.durable", expiry=Terminus.EXPIRE_NEVER)
+    h.pump()
+    assert len(broker_answers(broker)) == 1
+    h.pump()
+    assert durable.state & Endpoint.REMOTE_ACTIVE
+    h.router.link_router.allow_resumable = False
+    plain = client.receiver("test.plain")
+    h.pump()
+    assert len(broker_answers(broker)) == 1
+    h.pump()
+    assert plain.state & Endpoint.REMOTE_ACTIVE
