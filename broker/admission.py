@@ -29,6 +29,9 @@ from wire.header import read_header
 
 log = logging.getLogger("broker.server")
 
+# A large message (a file of its own) is bounded by the disk space left, not by the journal's record limit;
+# this only keeps sizes in the range every counter and the reference's u64 fields handle.
+LARGE_MESSAGE_LIMIT = 1 << 62
 # Besides the size bound (one comparison per frame), a message still arriving is checked against the
 # state of its address and of the disk every this many bytes.
 PARTIAL_CHECK_BYTES = 1024 * 1024
@@ -61,10 +64,12 @@ class Admission:
         info = self.addressing.queue_info.get(bl.queue.name) if bl.queue is not None else None
         return (info.address, [bl.queue]) if info is not None else ("", [])
 
-    def largest_message(self, bl: BrokerLink) -> tuple[int, str]:
-        """(bytes, why) of the largest message a link can ever have stored: the journal's record limit,
-        its address's max-size-bytes and global-max-size (see AddressLimits.largest_message)."""
-        largest, why = MAX_RECORD_BYTES, "the journal's record limit"
+    def largest_message(self, bl: BrokerLink, *, large: bool = False) -> tuple[int, str]:
+        """(bytes, why) of the largest message a link can ever have stored: the journal's record limit (not
+        for a ``large`` message, which has a file of its own: broker.largemessage), its address's
+        max-size-bytes and global-max-size (see AddressLimits.largest_message)."""
+        largest, why = (LARGE_MESSAGE_LIMIT, "the largest large message") if large else \
+            (MAX_RECORD_BYTES, "the journal's record limit")
         if self.limits.active and bl.mode != BrokerLink.MANAGEMENT:
             address, _queues = self.scope(bl)
             bound = self.limits.largest_message(address)
@@ -104,11 +109,13 @@ class Admission:
             return condition, why
         return None, None
 
-    def check_arriving(self, bl: BrokerLink, a: Arriving, held: int) -> tuple[str | None, str | None]:
+    def check_arriving(self, bl: BrokerLink, a: Arriving, held: int, *,
+                       large: bool = False) -> tuple[str | None, str | None]:
         """The check itself (every :data:`PARTIAL_CHECK_BYTES`, and whenever the message passes the size
-        it may grow to); sets that size and the next check."""
+        it may grow to); sets that size and the next check. ``large``: the message streams into a file of
+        its own (broker.largestream), so the journal's record limit does not bound it."""
         a.next_check = held + PARTIAL_CHECK_BYTES
-        largest, what = self.largest_message(bl)
+        largest, what = self.largest_message(bl, large=large)
         address, queues = self.scope(bl) if bl.mode != BrokerLink.MANAGEMENT else ("", [])
         storage = self.storage
         if a.durable and storage.journal is not None and \

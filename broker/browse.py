@@ -33,6 +33,7 @@ import logging
 from collections import deque
 from typing import Callable
 
+from broker.largemessage import MAGIC as LARGE_MAGIC
 from broker.links import BrokerLink
 from broker.queue import Queue
 from wire import assembly, raw
@@ -48,8 +49,11 @@ class Browsing:
     """The browsers of every queue: the :class:`wire.assembly.LinkOwner` of their links (credit, drain,
     outcomes) and the cursors :meth:`dispatch` sends from (see the module docstring)."""
 
-    def __init__(self, clock: Callable[[], int]):
+    def __init__(self, clock: Callable[[], int], whole: Callable[[bytes], bytes | None] = lambda b: b):
         self.clock = clock
+        # bytes -> the whole message: a large message reference is read from its file (browsers get a copy
+        # whole, not streamed: broker.largestream streams to consumers only); None when it cannot be read
+        self.whole = whole
         self.cursors: dict[BrokerLink, deque] = {}  # browser link -> messages to show, next first
 
     def attach(self, engine, link, q: Queue, *, name: str, presettled: bool) -> BrokerLink:
@@ -95,7 +99,12 @@ class Browsing:
                 msg = cursor.popleft()
                 if not q.is_ready(msg) or (msg.expires_at is not None and now >= msg.expires_at):
                     continue
-                d = send(link, bl.seq, msg.outgoing(), len(bl.unsettled))
+                out = msg.outgoing()
+                if out[-8:] == LARGE_MAGIC:
+                    out = self.whole(out)
+                    if out is None:
+                        continue
+                d = send(link, bl.seq, out, len(bl.unsettled))
                 bl.seq += 1
                 if bl.presettled:
                     raw.delivery_settle(d)

@@ -34,6 +34,7 @@ from .configmodel import (  # the objects this parser builds (re-exported: impor
 )
 from .configconn import parse_broker_connections  # <broker-connections> (broker/configconn.py)
 from .credentials import Credentials, CredentialsError
+from .largemessage import DEFAULT_MIN_LARGE_MESSAGE_SIZE
 from .selector import SelectorError, parse as parse_selector
 from .security import (
     ENFORCED_PERMISSIONS, ROLES_FILE, UNENFORCED_PERMISSIONS, SecurityFileError, SecuritySetting, load_security,
@@ -191,6 +192,8 @@ def _parse_core(ctx: Ctx, core) -> BrokerConfig:
             cfg.global_max_size_line = el.line
         elif name == "paging-directory":
             cfg.paging_directory = ctx.text(el)
+        elif name == "large-messages-directory":
+            cfg.large_messages_directory = ctx.text(el)
         elif name == "max-disk-usage":
             cfg.max_disk_usage = ctx.value(el, "int")
             if cfg.max_disk_usage != -1 and not 0 <= cfg.max_disk_usage <= 100:
@@ -337,9 +340,14 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
         auto_start = xs.convert(ctx, el, f"acceptor {aname!r}: autoStart",
                                 params.pop("autoStart", str(xs.DEFAULT_ACCEPTOR_AUTO_START).lower()), "bool")
         tls = uri_tls(ctx, el, f"acceptor {aname!r}", params, server=True)
+        # Artemis' AMQP acceptor parameter; minLargeMessageSize (its core-protocol name) is taken as the same.
+        if "amqpMinLargeMessageSize" in params and "minLargeMessageSize" in params:
+            raise ctx.error(el, f"acceptor {aname!r}: give amqpMinLargeMessageSize or minLargeMessageSize, not both")
+        key = "minLargeMessageSize" if "minLargeMessageSize" in params else "amqpMinLargeMessageSize"
+        min_large = _int_param(ctx, el, aname, params, key, DEFAULT_MIN_LARGE_MESSAGE_SIZE, minimum=-1)
         out.append(Acceptor(aname, host, port, protocols, params, el.line,
                             connections_allowed=connections_allowed, handshake_timeout=float(handshake_timeout),
-                            tls=tls, auto_start=auto_start))
+                            tls=tls, auto_start=auto_start, min_large_message_size=min_large))
     return out
 
 

@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field, fields
 
 from . import xmlschema as xs
+from .largemessage import DEFAULT_DIRECTORY_NAME as LARGE_DIRECTORY_NAME
+from .largemessage import DEFAULT_MIN_LARGE_MESSAGE_SIZE
 
 #: Artemis' default wildcard syntax (``<wildcard-addresses>`` is not supported).
 DELIMITER = "."
@@ -41,6 +43,9 @@ class Acceptor:
     handshake_timeout: float = 10.0  # Artemis' handshake-timeout (seconds): 0 = none
     tls: object = None  # wire.tls.ServerTls from sslEnabled=true (TLS required), None = plaintext
     auto_start: bool = True  # Artemis' autoStart: False = not listening until started (broker/acceptors.py)
+    #: Artemis' amqpMinLargeMessageSize (bytes): a durable message at least this long is stored as a large
+    #: message, a file of its own (broker/largemessage.py); -1 = never.
+    min_large_message_size: int = DEFAULT_MIN_LARGE_MESSAGE_SIZE
 
 
 @dataclass
@@ -168,6 +173,7 @@ class BrokerConfig:
     global_max_size: int | None = None  # bytes over every address; None or -1 = no global limit
     global_max_size_line: int = 0
     paging_directory: str | None = None  # None: "paging" beside the journal directory
+    large_messages_directory: str | None = None  # None: "large-messages" beside the journal directory
     max_disk_usage: int = xs.DEFAULT_MAX_DISK_USAGE  # percent of the journal's file system; -1 = no check
     min_disk_free: int = -1  # bytes that must stay free on the journal's file system; -1 = no check
     disk_scan_period_ms: int = xs.DEFAULT_DISK_SCAN_PERIOD_MS
@@ -197,6 +203,14 @@ class BrokerConfig:
             return self.paging_directory
         parent = os.path.dirname(os.path.normpath(self.journal_directory))
         return os.path.join(parent, xs.DEFAULT_PAGING_DIRECTORY_NAME)
+
+    @property
+    def large_messages_path(self) -> str:
+        """Where large message files go (see :data:`broker.largemessage.DEFAULT_DIRECTORY_NAME`)."""
+        if self.large_messages_directory:
+            return self.large_messages_directory
+        parent = os.path.dirname(os.path.normpath(self.journal_directory))
+        return os.path.join(parent, LARGE_DIRECTORY_NAME)
 
     def settings_for(self, address: str) -> AddressSettings:
         """The merged settings for ``address``, with Artemis' defaults for unset fields."""

@@ -173,7 +173,8 @@ async def _start_acceptors(broker: Broker, cfg: BrokerConfig, nursery: trio.Nurs
             await _start_http_acceptor(broker, cfg, acc, nursery)
             continue
         settings = broker.connection_settings(name=acc.name, **acceptor_security(cfg))
-        ctl = AcceptorControl(acc, lambda remote, s=settings: broker.new_engine(s, server=True, remote_host=remote),
+        ctl = AcceptorControl(acc, lambda remote, s=settings, a=acc: broker.new_engine(
+                                  s, server=True, remote_host=remote, min_large_message_size=a.min_large_message_size),
                               on_change=announce)
         broker.acceptors[acc.name] = ctl
         try:

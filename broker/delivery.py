@@ -34,6 +34,9 @@ from typing import Callable
 from broker.addressing import ANYCAST, MULTICAST, AddressModel
 from broker.admission import Admission
 from broker.limits import DISCARD, PAGED, REJECT, RESOURCE_LIMIT_EXCEEDED, STORE_BLOCKED, AddressLimits
+from broker.largemessage import MAGIC as LARGE_MAGIC
+from broker.largemessage import is_reference
+from broker.largestream import LargeStreams
 from broker.links import BrokerLink
 from broker.queue import ACCEPTED, MODIFIED, REJECTED, RELEASED, Queue, QueuedMessage
 from broker.storage import Storage
@@ -72,6 +75,7 @@ class DeliveryPath:
         self.mirror = None      # broker.mirror.MirrorPart while a <mirror> captures events, else None
         self.dirty: set[Queue] = set()  # queues with something to hand out (or drained consumers)
         self.wake: set = set()  # engines with frames to send
+        self.large = LargeStreams(self)  # large messages into and out of their files (broker.largestream)
 
     # -- binding links --------------------------------------------------------------------------------
     def register(self, engine, link, bl: BrokerLink) -> BrokerLink:
@@ -137,6 +141,8 @@ class DeliveryPath:
             return
         bl.closed = True
         bl.arriving = None
+        if bl.writing is not None or bl.streaming is not None or bl.backlog:
+            self.large.link_gone(bl)
         if bl.incoming:
             return
         self.consumers.pop(bl.consumer_id, None)
@@ -169,27 +175,42 @@ class DeliveryPath:
             return
         if bl.arriving is not None:
             bl.arriving = None
+        if len(payload) >= engine.app.min_large_message_size >= 0 and self.storage.large is not None and \
+                (bl.mode is None or bl.mode == BrokerLink.FANOUT) and self.large.store_whole(engine, bl, d, payload):
+            return  # a large message that came in one read: a file of its own all the same
         self.store(bl, d, payload)
 
     def on_partial(self, engine, bl: BrokerLink, d, held: int) -> int:
         a = bl.arriving
         if a is not None and a.delivery == d and a.held < held <= a.cap and held < a.next_check:
-            a.held = held
-            return assembly.KEEP  # once per frame: no check due (see Admission.arriving)
-        condition, why = self.admission.arriving(bl, d, held, lambda: _first_bytes(engine, d))
+            a.held = held  # once per frame: no check due (see Admission.arriving)
+            condition = None
+        else:
+            condition, why = self.admission.arriving(bl, d, held, lambda: _first_bytes(engine, d))
         if condition is None:
+            if held >= engine.app.min_large_message_size >= 0 and self.storage.large is not None and \
+                    self.large.wants(engine, bl, d, held):
+                return assembly.STREAM  # a large message: into its own file (broker.largestream)
             return assembly.KEEP
         if condition == RESOURCE_LIMIT_EXCEEDED:
             return assembly.DISCARD
+        # Detaching is what stops the sender: the rest of the message is not sent, nor held here.
+        self.stop_arriving(bl, d, condition, why)
+        return assembly.FORGET
+
+    def on_chunk(self, engine, bl: BrokerLink, d, chunk: bytes, end: int) -> None:
+        self.large.chunk(engine, bl, d, chunk, end)
+
+    def stop_arriving(self, bl: BrokerLink, d, condition: str, why: str) -> None:
+        """Reject a message still arriving and detach its link: the one way to stop its sender."""
+        engine = bl.engine
         bl.arriving = None
         raw.set_rejected(d, condition, why[:200])
         raw.delivery_settle(d)
         self.unbind(bl, failed=False)
         self.forget_link(bl)
-        # Detaching is what stops the sender: the rest of the message is not sent, nor held here.
         engine.close_link(bl.ptr, condition, why[:200])
         log.warning("connection %d: link %s: %s: refused while still arriving", engine.id, bl.name, why)
-        return assembly.FORGET
 
     def on_oversized(self, engine, bl: BrokerLink, d, limit: int) -> None:
         # Not reached while BrokerLink.max_message_size is 0 (admission decides); forget the link if it is.
@@ -273,7 +294,9 @@ class DeliveryPath:
         raw.set_rejected(d, RESOURCE_LIMIT_EXCEEDED, why[:200])
         self.answer(bl, d, accepted=False)
 
-    def store(self, bl: BrokerLink, d, payload: bytes) -> None:
+    def store(self, bl: BrokerLink, d, payload: bytes, *, large_size: int = 0) -> None:
+        """Route and store one message. ``large_size`` > 0: ``payload`` is a reference to a large message
+        file of that many bytes (broker.largemessage), which is journaled instead of the message."""
         if bl.closed:  # in flight while its queue was deleted: the sender may try elsewhere
             raw.delivery_update(d, raw.RELEASED)
             raw.delivery_settle(d)
@@ -283,7 +306,10 @@ class DeliveryPath:
             return
         now = self.clock()
         try:
-            validate_message(payload)  # stored and replayed: the whole section grammar, not only the header
+            if large_size:
+                codec.scan(payload)  # the head's grammar (the body is in the file, passed on as it came)
+            else:
+                validate_message(payload)  # stored and replayed: the whole section grammar, not only the header
             msg = QueuedMessage.from_bytes(payload, now)
         except Exception as exc:  # a malformed message: reject it, keep the link
             raw.set_rejected(d, "amqp:decode-error", str(exc)[:200])
@@ -321,10 +347,33 @@ class DeliveryPath:
             if addressing.filtered:
                 targets = addressing.admitted(targets, payload)
         storage = self.storage
+        journal = storage.journal
+        if large_size:
+            if targets and not (msg.durable and journal is not None and all(info[q.name].durable for q in targets)):
+                # Only a journal record keeps a large message file: a copy for a non-durable queue is held
+                # in memory, whole (see docs/broker-configuration.md, "Large messages").
+                try:
+                    payload = storage.large.read_all(payload)
+                    validate_message(payload)
+                    msg = QueuedMessage.from_bytes(payload, now)
+                except Exception as exc:
+                    self.refuse(bl, d, f"large message cannot be stored: {exc}")
+                    return
+                large_size = 0
+                copies = None
+                if addressing.diverts.active:
+                    routes = addressing.route(address, ANYCAST if anycast else MULTICAST, payload, direct=direct)
+                    targets = [q for q, _p in routes]
+                    if any(p is not payload for _q, p in routes):
+                        copies = [p for _q, p in routes]
+            elif copies is not None and not all(is_reference(p) for p in copies):
+                self.refuse(bl, d, "a divert with a transformer cannot copy a large message (it would be "
+                                   "held in memory whole)")
+                return
         page_all = False
         if self.limits.active:
-            largest, what = self.admission.largest_message(bl)
-            if len(payload) > largest:
+            largest, what = self.admission.largest_message(bl, large=large_size > 0)
+            if max(len(payload), large_size) > largest:
                 self.refuse(bl, d, f"message larger than {largest} bytes ({what})")
                 return
             verdict = self.limits.verdict(address, targets, len(payload))
@@ -338,7 +387,6 @@ class DeliveryPath:
                 log.info("address %s is full (BLOCK policy): producers get no more credit until it drains",
                          address)
             page_all = verdict == PAGED
-        journal = storage.journal
         durable = msg.durable
         if durable and journal is not None and any(info[q.name].durable for q in targets):
             refusal = storage.durable_refusal()
@@ -430,33 +478,88 @@ class DeliveryPath:
         consumers = self.consumers
         wake = self.wake
         send = raw.send_unique_tagged
-        rec = self.recorder
-        journal = self.storage.journal
         for q in dirty:
             if q.name not in queues:
                 continue  # deleted in this batch
             for cid, token, msg in q.next_deliveries(now):
                 bl = consumers[cid]
                 out = msg.outgoing() if bl.transform is None else bl.transform(msg)
+                if bl.streaming is not None or bl.backlog:  # behind a large message being sent on the link
+                    if bl.backlog is None:
+                        bl.backlog = []
+                    bl.backlog.append((q, token, msg, out))
+                    continue
+                if out[-8:] == _LARGE_MAGIC and is_reference(out):
+                    if not self.large.start(bl, q, token, msg, out):
+                        self.drop_unreadable(q, token)
+                    continue
                 d = send(bl.ptr, bl.seq, out, len(bl.unsettled))
                 bl.seq += 1
-                if rec is not None:
-                    self._record(rec, "deliver", msg.payload, address=info[q.name].address, link=bl.name)
-                if bl.presettled or (bl.demand is not None and bl.demand.async_send
-                                     and not read_header(msg.payload).durable):
-                    # a network bridge without alwaysSyncSend: a non-persistent message is not confirmed
-                    raw.delivery_settle(d)
-                    q.settle(token, ACCEPTED)
-                    if msg.record_id is not None and journal is not None:
-                        journal.append_ack(msg.record_id)
-                else:
-                    bl.unsettled[d] = token
+                self.sent(bl, q, token, msg, d)
                 wake.add(bl.engine)
             for cid, _n in q.take_drained().items():
                 bl = consumers.get(cid)
                 if bl is not None and not bl.closed:
+                    if bl.streaming is not None or bl.backlog:
+                        bl.drain_pending = True  # answered once what the queue handed out is sent
+                        continue
                     raw.link_drained(bl.ptr)
                     wake.add(bl.engine)
+
+    def sent(self, bl: BrokerLink, q: Queue, token, msg: QueuedMessage, d) -> None:
+        """Delivery ``d`` of ``msg`` (handed out by ``q`` as ``token``) is sent in full on ``bl``."""
+        rec = self.recorder
+        if rec is not None:
+            self._record(rec, "deliver", msg.payload, address=self.addressing.queue_info[q.name].address,
+                         link=bl.name)
+        if bl.presettled or (bl.demand is not None and bl.demand.async_send
+                             and not read_header(msg.payload).durable):
+            # a network bridge without alwaysSyncSend: a non-persistent message is not confirmed
+            bl.unsettled.pop(d, None)
+            raw.delivery_settle(d)
+            q.settle(token, ACCEPTED)
+            journal = self.storage.journal
+            if msg.record_id is not None and journal is not None:
+                journal.append_ack(msg.record_id)
+        else:
+            bl.unsettled[d] = token
+
+    def send_backlog(self, bl: BrokerLink) -> None:
+        """A large message went out on ``bl`` (or was given up): send what waited behind it, up to the next
+        large one."""
+        backlog = bl.backlog
+        engine = bl.engine
+        while backlog and bl.streaming is None and not bl.closed:
+            q, token, msg, out = backlog.pop(0)
+            if q.name not in self.addressing.queues:
+                continue
+            if out[-8:] == _LARGE_MAGIC and is_reference(out):
+                if not self.large.start(bl, q, token, msg, out):
+                    self.drop_unreadable(q, token)
+                continue
+            d = raw.send_unique_tagged(bl.ptr, bl.seq, out, len(bl.unsettled))
+            bl.seq += 1
+            self.sent(bl, q, token, msg, d)
+        if not backlog and bl.streaming is None and bl.drain_pending and not bl.closed:
+            bl.drain_pending = False
+            raw.link_drained(bl.ptr)
+        self.wake.add(engine)
+        self.wake_engines()
+
+    def drop_unreadable(self, q: Queue, token) -> None:
+        """A large message whose file cannot be read: nobody can be given it; it is acknowledged (the error
+        is logged where the file was read)."""
+        msg = q.settle(token, ACCEPTED)
+        journal = self.storage.journal
+        if msg is not None and msg.record_id is not None and journal is not None:
+            journal.append_ack(msg.record_id)
+            msg.record_id = None
+        self.dirty.add(q)
+
+    def output_drained(self, engine) -> None:
+        """wire: the engine's output fell low again (a large message being sent waits for that)."""
+        self.large.output_drained(engine)
+        self.wake_engines()
 
     def wake_engines(self) -> None:
         if self.wake:
@@ -511,6 +614,9 @@ class DeliveryPath:
                 q.enqueue(reply_msg)
                 self.dirty.add(q)
         self.answer(bl, d)
+
+
+_LARGE_MAGIC = LARGE_MAGIC
 
 
 def _first_bytes(engine, d) -> bytes | None:

@@ -66,6 +66,10 @@ from broker.journal_io import (  # noqa: F401  (errors re-exported: callers impo
     segment_name, write_all,
 )
 
+from broker.largemessage import FOOTER_BYTES as LARGE_FOOTER_BYTES
+from broker.largemessage import MAGIC as LARGE_MAGIC
+from broker.largemessage import file_id_of as large_file_id
+
 log = logging.getLogger("broker.journal")
 
 # Large enough that rotation (an extra fsync and a directory fsync) is rare at broker rates; small enough
@@ -176,6 +180,10 @@ class Journal:
         self._syncs = self._records_synced = 0
         self._scan_top = 0  # recovery: the last message record id seen (ids only grow in append order)
         self._last_sync_seconds = 0.0
+        # Large messages (broker.largemessage): the live message records that are references to a large
+        # message file (record id -> file id), and who is told as they come and go (the file store).
+        self.large_refs: dict[int, int] = {}
+        self.large = None
         self.compactor = Compactor(self, self.directory, fsync=fsync, write=write,
                                    dead_bytes=(int(segment_bytes * COMPACT_DEAD_SEGMENTS)
                                                if compact_dead_bytes is None else compact_dead_bytes))
@@ -275,6 +283,10 @@ class Journal:
             seg.size = end
             if kind == T_MESSAGE:
                 self._scan_top = top = rid
+                if body[-8:] == LARGE_MAGIC:
+                    fid = large_file_id(bytes(body[-LARGE_FOOTER_BYTES:]))
+                    if fid is not None:
+                        self.large_refs[rid] = fid
                 self._messages[rid] = _Live(end - off, count, count, names.setdefault(queue, queue), seq, off)
                 seg.live_bytes += end - off
                 seg.live_count += 1
@@ -287,6 +299,8 @@ class Journal:
     def _forget(self, rid: int) -> None:
         """A durable ACK: the message's bytes become dead (ACKs for compacted-away ids are ignored)."""
         m = self._messages.pop(rid, None)
+        if self.large_refs and self._state == "new":  # recovery: an ACK scanned (at run time append_ack does it)
+            self.large_refs.pop(rid, None)
         if m is not None and m.seq is not None:
             seg = self._segment(m.seq)
             seg.live_bytes -= m.size
@@ -323,6 +337,12 @@ class Journal:
         self._messages[rid] = _Live(len(data), delivery_count, delivery_count, queue)
         self._live_count += 1
         self._buffer.append((T_MESSAGE, rid, data))
+        if payload[-8:] == LARGE_MAGIC:
+            fid = large_file_id(payload)
+            if fid is not None:
+                self.large_refs[rid] = fid
+                if self.large is not None:
+                    self.large.referenced(fid)
         return rid
 
     def _live(self, record_id: int) -> _Live:
@@ -337,6 +357,10 @@ class Journal:
         self._live(record_id).acked = True
         self._live_count -= 1
         self._buffer.append((T_ACK, record_id, encode_ack(record_id)))
+        if self.large_refs:
+            fid = self.large_refs.pop(record_id, None)
+            if fid is not None and self.large is not None:
+                self.large.unreferenced(fid)
 
     def append_update(self, record_id: int, *, delivery_count: int) -> None:
         """Buffer a new delivery count for a live message."""

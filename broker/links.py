@@ -7,6 +7,7 @@ broker's :class:`broker.delivery.DeliveryPath`), ``incoming`` and ``max_message_
 
 from __future__ import annotations
 
+from broker.largemessage import DEFAULT_MIN_LARGE_MESSAGE_SIZE
 from broker.queue import Queue
 from wire.connection import EngineConnection
 
@@ -35,7 +36,8 @@ class BrokerLink:
 
     __slots__ = ("ptr", "engine", "owner", "queue", "incoming", "max_message_size", "consumer_id",
                  "unsettled", "seq", "closed", "presettled", "name", "mode", "address", "owned_queue",
-                 "durable_sub", "arriving", "selector", "transform", "demand", "priority", "pulled")
+                 "durable_sub", "arriving", "selector", "transform", "demand", "priority", "pulled",
+                 "writing", "streaming", "backlog", "drain_pending")
 
     # mode of a receiving link: None (into ``queue``), FANOUT (a copy per multicast queue of
     # ``address``), MANAGEMENT (requests for the management agent); of a sending link: None (a consumer
@@ -68,6 +70,13 @@ class BrokerLink:
         self.demand = None         # the network demand a consumer stands for (broker.network)
         self.priority = 0          # a consumer's priority on its queue
         self.pulled = False        # a receiving link whose owner gives its credit (DeliveryPath.attach)
+        # Large messages (broker.largestream): the file a message arriving is written to; the message being
+        # sent from its file; what the queue handed this consumer meanwhile ([(queue, token, msg, bytes)]),
+        # sent after it; a drain the queue answered meanwhile.
+        self.writing = None
+        self.streaming = None
+        self.backlog: list | None = None
+        self.drain_pending = False
 
 
 class BrokerConnection:
@@ -82,3 +91,6 @@ class BrokerConnection:
         self.on_open = None  # broker connections: called once the peer answered our open
         self.network_peer: str | None = None  # the peer's network broker id (broker.network)
         self.link_capacity: int | None = None  # credit per incoming link, when not LINK_CAPACITY
+        # amqpMinLargeMessageSize of the acceptor (broker.largemessage): a durable message at least this long
+        # is streamed to a file of its own; -1: never.
+        self.min_large_message_size = DEFAULT_MIN_LARGE_MESSAGE_SIZE

@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING
 import proton
 
 from broker.addressing import ANYCAST
+from broker.journal_io import MAX_RECORD_BYTES
+from broker.largemessage import MAGIC as LARGE_MAGIC
 from broker.mirrorcodec import (ACK_REASONS, BROKER_ID, MIRROR_CAPABILITY, EV_ADD_ADDRESS, EV_CREATE_QUEUE, EV_DELETE_ADDRESS, EV_DELETE_QUEUE,
                                 EV_POST_ACK, control_event, event_origin, identity_of, message_event)
 from broker.mirrortarget import MirrorTarget
@@ -58,6 +60,9 @@ SNF_PREFIX = "$ACTIVEMQ_ARTEMIS_MIRROR_"
 NEVER_MIRRORED = ("$management", "activemq.management", "$td.")
 #: Beside the journal: the broker id at the other end of each mirror (``mirror-<name>.remote-id``).
 REMOTE_ID_SUFFIX = ".remote-id"
+# A large message is mirrored whole, inside one event journaled in the mirror's store-and-forward queue: one
+# larger than a journal record (less room for the event's own fields) is not mirrored, with an error logged.
+MAX_MIRRORED_LARGE = MAX_RECORD_BYTES - 64 * 1024
 
 
 def address_filter(text: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -214,10 +219,19 @@ class MirrorPart:
         ident = msg.mirror or self._new_identity(msg)
         self.index[ident] = (name, msg)
         last = None
+        body = msg.payload
         for src in self.sources.values():
             if not src.wants(address, ident[0]):
                 continue
-            payload = message_event(msg.payload, ident[1], name, address, ident[0])
+            if body[-8:] == LARGE_MAGIC:
+                # a large message goes to the mirror whole (it is not streamed to mirrors: see docs/mirror.md)
+                body = self.broker.storage.whole_message(body)
+                if body is None or len(body) > MAX_MIRRORED_LARGE:
+                    log.error("mirror: large message %s on %s not mirrored (%s)", ident[1], name,
+                              "its file cannot be read" if body is None else
+                              f"larger than the {MAX_MIRRORED_LARGE}-byte journal record an event can be")
+                    return last
+            payload = message_event(body, ident[1], name, address, ident[0])
             rid = self._enqueue(src, payload, durable=msg.durable)
             src.message_events += 1
             if rid is not None:

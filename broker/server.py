@@ -115,7 +115,7 @@ class Broker(ConnectionHandler):
         self.admission = Admission(self.addressing, self.storage, self.limits)
         self.delivery = DeliveryPath(self.addressing, self.storage, self.admission, self.limits, self.clock,
                                      self._forget_link)
-        self.browsing = Browsing(self.clock)
+        self.browsing = Browsing(self.clock, whole=self.storage.whole_message)
         self.mover = Mover(self.addressing, self.storage, self.limits, self.clock, self.queue_changed)
         self.addressing.exits = self.mover
         self.timers = Timers(self.addressing, self.queue_changed)
@@ -136,7 +136,10 @@ class Broker(ConnectionHandler):
         kw.setdefault("offered_capabilities", ())
         return ConnectionSettings(**kw)
 
-    def new_engine(self, settings: ConnectionSettings, *, server: bool, remote_host: str = "") -> EngineConnection:
+    def new_engine(self, settings: ConnectionSettings, *, server: bool, remote_host: str = "",
+                   min_large_message_size: int | None = None) -> EngineConnection:
+        """An engine for one connection; ``min_large_message_size``: its acceptor's amqpMinLargeMessageSize
+        (None: the default, broker.largemessage)."""
         if server:
             # Who we are to a network peer, and the other brokers of the network to a client that can fail
             # over (the AMQP failover extension's failover-server-list), as of this connection's start.
@@ -147,6 +150,8 @@ class Broker(ConnectionHandler):
             settings = dataclasses.replace(settings, properties=props)
         engine = EngineConnection(self, settings, server=server, remote_host=remote_host)
         bc = BrokerConnection(engine)
+        if min_large_message_size is not None:
+            bc.min_large_message_size = min_large_message_size
         engine.app = bc
         self.connections.add(bc)
         return engine
@@ -182,6 +187,10 @@ class Broker(ConnectionHandler):
         if self.delivery.mirror is not None:
             self.delivery.mirror.durable_up_to(record_id)
             self.on_batch_end()  # hand the events now on disk to the mirror link
+
+    def on_output_drained(self, engine) -> None:
+        """wire: output queued for ``engine`` fell low (a large message being sent goes on)."""
+        self.delivery.output_drained(engine)
 
     def messages_arriving(self) -> int:
         """Multi-frame messages wire still assembles for this broker's connections."""

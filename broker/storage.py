@@ -31,6 +31,7 @@ from broker.addressing import AddressModel
 from broker.disk import DiskMonitor, filesystem_usage
 from broker.journal import Journal
 from broker.journal_io import GroupCommitter
+from broker.largemessage import LargeMessageStore, is_reference
 from broker.limits import AddressLimits
 from broker.paging import FROM_HEADER, KIND_BODY, KIND_JOURNAL, NO_EXPIRY, PagedMessage, Pager
 from broker.queue import Queue, QueuedMessage
@@ -68,6 +69,7 @@ class Storage:
         self.journal: Journal | None = None
         self.committer: GroupCommitter | None = None
         self.pager: Pager | None = None
+        self.large: LargeMessageStore | None = None  # large message files (persistence enabled)
         paths = [cfg.journal_directory] if cfg.persistence_enabled else []
         if limits.may_page:
             paths.append(cfg.paging_path)
@@ -95,6 +97,13 @@ class Storage:
         if self.pager is not None:
             self.pager.journal = self.journal
         index = self.journal.recover_index()
+        self.large = LargeMessageStore(cfg.large_messages_path, fsync=cfg.journal_sync_non_transactional)
+        missing = self.large.open(self.journal.large_refs)
+        if missing:  # acknowledged just before their file went, or the file was removed by hand
+            for rid in missing:
+                self.journal.append_ack(rid)
+            index = [r for r in index if r.record_id not in missing]
+        self.journal.large = self.large
         self.addressing.load_bindings()
         paged = self._recover(index)
         self.committer = GroupCommitter(self.journal, on_space=self._journal_space,
@@ -142,6 +151,8 @@ class Storage:
         return paged
 
     def close(self) -> None:
+        if self.large is not None:
+            self.large.close()
         if self.journal is not None:
             self.journal.close()
         if self.pager is not None:
@@ -304,6 +315,18 @@ class Storage:
         elif entry.expires_at != FROM_HEADER:
             msg.expires_at = entry.expires_at
         return msg
+
+    def whole_message(self, payload: bytes) -> bytes | None:
+        """BLOCKING: ``payload`` itself, or for a large message reference the whole message read from its
+        file (the parts that cannot stream it: browsers, mirrors); None, with an error logged, when the file
+        cannot be read."""
+        if self.large is None or not is_reference(payload):
+            return payload
+        try:
+            return self.large.read_all(payload)
+        except OSError as exc:
+            log.error("large message cannot be read: %s", exc)
+            return None
 
     def paged_stats(self, queue: str) -> tuple[int, int, int]:
         """(messages, bytes, page files) paged for ``queue``."""

@@ -133,7 +133,7 @@ CORE_HANDLED = (
     "name", "persistence-enabled", "journal-directory", "journal-file-size",
     "journal-sync-transactional", "journal-sync-non-transactional", "acceptors",
     "addresses", "address-settings", "broker-connections", "flow-records", "global-max-size",
-    "paging-directory", "max-disk-usage", "min-disk-free", "disk-scan-period",
+    "paging-directory", "max-disk-usage", "min-disk-free", "disk-scan-period", "large-messages-directory",
 )
 
 #: configuration-index: max-disk-usage is a percentage of the journal's file system, default 90; -1 turns
@@ -163,7 +163,7 @@ CORE_IGNORED = frozenset("""
     graceful-shutdown-timeout journal-type journal-datasync journal-min-files
     journal-pool-files journal-buffer-timeout journal-buffer-size journal-max-io
     journal-compact-min-files journal-compact-percentage journal-file-open-timeout
-    bindings-directory large-messages-directory create-bindings-dir
+    bindings-directory create-bindings-dir
     create-journal-dir node-manager-lock-directory page-sync-timeout
     page-max-concurrent-io read-whole-page
     critical-analyzer critical-analyzer-timeout

@@ -1,0 +1,306 @@
+"""Large messages (broker/largemessage.py, broker/largestream.py): streamed into a file of their own as they
+arrive, a small reference in the journal and the queue, streamed out of the file to consumers, the file
+removed with the last record that refers to it (also across a restart)."""
+
+from __future__ import annotations
+
+import os
+
+import proton
+import pytest
+from proton import Message
+
+from broker import largestream
+from broker.largemessage import (FOOTER_BYTES, LargeMessageStore, file_id_of, is_reference, make_reference,
+                                 parse_reference, reference_head)
+from broker.moves import ORIG_QUEUE
+from tests.unit.broker.fixtures import make_broker
+from tests.unit.enginepair import Peer, RouterHarness, outcome, settle
+from wire import codec
+from wire.header import read_header, set_delivery_count
+from wire.msgannotations import read_annotation, set_annotations
+
+BIG = 600_000  # several times amqpMinLargeMessageSize (100 KiB)
+
+
+def _message(size: int, *, durable: bool = True, **kw) -> Message:
+    body = bytes(i % 251 for i in range(size))
+    return Message(body=body, durable=durable, **kw)
+
+
+def _files(tmp_path) -> list[str]:
+    d = tmp_path / "large-messages"
+    return sorted(os.listdir(d)) if d.exists() else []
+
+
+def _commit(b) -> None:
+    """What the group committer does after a batch: sync, then report what is on disk."""
+    b.journal.sync()
+    b.durable_up_to(b.journal.durable_id)
+    b.on_batch_end()
+
+
+@pytest.fixture
+def harness(tmp_path):
+    return RouterHarness(router=make_broker(tmp_path, persist=True))
+
+
+def _send(h, msg: Message, address: str = "orders"):
+    p = h.connect()
+    snd = p.sender(address)
+    h.pump()
+    d = p.send(snd, msg)
+    h.pump()
+    return p, d
+
+
+def test_a_reference_is_a_well_formed_message_whose_head_can_be_rewritten():
+    head = Message(durable=True, priority=7, id="m1", properties={"k": 1}).encode()
+    sections = codec.scan(head)
+    assert sections.body_start is None
+    ref = make_reference(head, 42, 10_000_000, len(head))
+    assert is_reference(ref) and file_id_of(ref) == 42
+    assert parse_reference(ref) == (42, 10_000_000, len(head)) and reference_head(ref) == head
+    assert read_header(ref).durable and read_header(ref).priority == 7
+    # what redelivery and dead-lettering do to the head keeps the footer (and so the reference) intact
+    counted = set_delivery_count(ref, 3)
+    assert is_reference(counted) and read_header(counted).delivery_count == 3
+    annotated = set_annotations(ref, {ORIG_QUEUE: "orders"})
+    assert is_reference(annotated) and read_annotation(annotated, ORIG_QUEUE) == "orders"
+    assert parse_reference(annotated) == (42, 10_000_000, len(head))
+    assert not is_reference(head) and file_id_of(Message(body=b"x" * 100).encode()) is None
+    assert len(ref) == len(head) + FOOTER_BYTES
+
+
+def test_a_large_durable_message_goes_to_a_file_and_the_journal_keeps_a_reference(harness, tmp_path):
+    b = harness.router
+    msg = _message(BIG, id="big-1")
+    p, d = _send(harness, msg)
+    assert len(_files(tmp_path)) == 1
+    assert os.path.getsize(tmp_path / "large-messages" / _files(tmp_path)[0]) == len(msg.encode())
+    assert outcome(d) is None or outcome(d)["state"] != "accepted"  # accepted once the record is on disk
+    _commit(b)
+    harness.pump()
+    assert outcome(d)["state"] == "accepted"
+    assert b.journal.stats.bytes_on_disk < 10_000  # a reference, not the message
+    assert b.queues["orders"].size_bytes < 1000
+    c = harness.connect()
+    r = c.receiver("orders", credit=5)
+    harness.pump()
+    got = c.received(r)
+    assert len(got) == 1
+    back = Message()
+    back.decode(got[0].data)
+    assert back.body == msg.body and back.id == "big-1" and back.durable
+    assert b.delivery.large.streamed_in == 1 and b.delivery.large.streamed_out == 1
+    settle(got[0].delivery, proton.Delivery.ACCEPTED)
+    harness.pump()
+    assert _files(tmp_path) == []  # the last record referring to it is acknowledged
+
+
+def test_a_small_or_non_durable_message_is_not_a_large_message(harness, tmp_path):
+    b = harness.router
+    _send(harness, _message(50_000))
+    _send(harness, _message(BIG, durable=False))
+    assert _files(tmp_path) == [] and b.queues["orders"].message_count == 2
+    assert b.delivery.large.streamed_in == 0
+
+
+def test_the_threshold_is_the_acceptor_parameter(tmp_path):
+    b = make_broker(tmp_path, persist=True)
+    h = RouterHarness(router=b)
+    p = h.connect()
+    p.router_engine.app.min_large_message_size = -1  # amqpMinLargeMessageSize=-1: never
+    snd = p.sender("orders")
+    h.pump()
+    p.send(snd, _message(BIG))
+    h.pump()
+    assert _files(tmp_path) == [] and b.queues["orders"].message_count == 1
+    p.router_engine.app.min_large_message_size = 1000
+    p.send(snd, _message(5000))
+    h.pump()
+    assert len(_files(tmp_path)) == 1
+
+
+def test_a_large_message_is_written_as_it_arrives_not_held(harness, tmp_path):
+    b = harness.router
+    p = harness.connect()
+    snd = p.sender("orders")
+    harness.pump()
+    data = _message(3_000_000).encode()
+    dl = snd.delivery(p.next_tag())
+    held = []
+    for i in range(0, len(data), 200_000):
+        snd.send(data[i:i + 200_000])
+        harness.pump()
+        held.append(p.router_engine.assembler.total)
+        if i + 200_000 < len(data):
+            assert b.messages_arriving() == 1
+    snd.advance()
+    harness.pump()
+    assert max(held) == 0  # wire keeps nothing of a streamed delivery
+    assert b.queues["orders"].message_count == 1 and len(_files(tmp_path)) == 1
+    assert dl is not None
+
+
+def test_an_aborted_large_message_leaves_no_file(harness, tmp_path):
+    b = harness.router
+    p = harness.connect()
+    snd = p.sender("orders")
+    harness.pump()
+    data = _message(BIG).encode()
+    d = snd.delivery(p.next_tag())
+    snd.send(data[:300_000])
+    harness.pump()
+    assert [f[-8:] for f in os.listdir(tmp_path / "large-messages")] == [".msg.tmp"]
+    d.abort()
+    harness.pump()
+    assert _files(tmp_path) == [] and b.queues["orders"].message_count == 0
+    after = p.send(snd, Message(body="next", durable=True))
+    harness.pump()
+    _commit(b)
+    harness.pump()
+    assert outcome(after)["state"] == "accepted"
+
+
+def test_a_producer_leaving_mid_message_leaves_no_file(harness, tmp_path):
+    p = harness.connect()
+    snd = p.sender("orders")
+    harness.pump()
+    snd.delivery(p.next_tag())
+    snd.send(_message(BIG).encode()[:300_000])
+    harness.pump()
+    harness.drop(p)
+    assert _files(tmp_path) == []
+
+
+def test_restart_recovers_the_reference_and_removes_orphans(tmp_path):
+    b = make_broker(tmp_path, persist=True)
+    h = RouterHarness(router=b)
+    msg = _message(BIG, id="survivor")
+    _send(h, msg)
+    _commit(b)
+    b.close_journal()
+    (tmp_path / "large-messages" / "77.msg").write_bytes(b"left by a crash")
+    (tmp_path / "large-messages" / "78.msg.tmp").write_bytes(b"half written")
+    b2 = make_broker(tmp_path, persist=True)
+    assert len(_files(tmp_path)) == 1
+    h2 = RouterHarness(router=b2)
+    c = h2.connect()
+    r = c.receiver("orders", credit=5)
+    h2.pump()
+    got = c.received(r)
+    back = Message()
+    back.decode(got[0].data)
+    assert back.body == msg.body and back.id == "survivor"
+    settle(got[0].delivery, proton.Delivery.ACCEPTED)
+    h2.pump()
+    _commit(b2)
+    b2.close_journal()
+    assert _files(tmp_path) == []
+    b3 = make_broker(tmp_path, persist=True)
+    assert b3.queues["orders"].message_count == 0
+    # new files do not reuse the number of one that went
+    assert b3.storage.large.next_id > b2.storage.large.next_id
+
+
+def test_a_reference_whose_file_is_missing_is_dropped_at_start(tmp_path):
+    b = make_broker(tmp_path, persist=True)
+    _send(RouterHarness(router=b), _message(BIG))
+    _commit(b)
+    b.close_journal()
+    os.unlink(tmp_path / "large-messages" / _files(tmp_path)[0])
+    b2 = make_broker(tmp_path, persist=True)
+    assert b2.queues["orders"].message_count == 0
+
+
+def test_rejected_large_message_is_dead_lettered_as_a_reference(harness, tmp_path):
+    b = harness.router
+    msg = _message(BIG, id="bad")
+    _send(harness, msg)
+    _commit(b)
+    c = harness.connect()
+    r = c.receiver("orders", credit=1)
+    harness.pump()
+    got = c.received(r, clear=True)
+    settle(got[0].delivery, proton.Delivery.REJECTED)
+    harness.pump()
+    assert b.queues["DLQ"].message_count == 1 and len(_files(tmp_path)) == 1
+    _commit(b)
+    r2 = c.receiver("DLQ", credit=1)
+    harness.pump()
+    got = c.received(r2)
+    back = Message()
+    back.decode(got[0].data)
+    assert back.body == msg.body and back.annotations[ORIG_QUEUE] == "orders"
+    settle(got[0].delivery, proton.Delivery.ACCEPTED)
+    harness.pump()
+    assert _files(tmp_path) == []
+
+
+def test_released_large_message_is_redelivered_with_its_count(harness, tmp_path):
+    b = harness.router
+    msg = _message(BIG)
+    _send(harness, msg)
+    _commit(b)
+    c = harness.connect()
+    r = c.receiver("orders", credit=1)
+    harness.pump()
+    got = c.received(r, clear=True)
+    d = got[0].delivery
+    d.update(proton.Delivery.MODIFIED)
+    d.local.failed = True
+    d.settle()
+    harness.pump()
+    r.flow(1)
+    harness.pump()
+    got = c.received(r)
+    back = Message()
+    back.decode(got[0].data)
+    assert back.body == msg.body and back.delivery_count == 1
+    assert len(_files(tmp_path)) == 1
+
+
+def test_multicast_copies_share_one_file(harness, tmp_path):
+    b = harness.router
+    subs = []
+    for name in ("s1", "s2"):
+        peer = Peer(container=name)
+        harness.connect(peer)
+        rcv = peer.session.receiver(name)
+        rcv.source.address = "news"
+        rcv.source.durability = proton.Terminus.DELIVERIES
+        rcv.source.expiry_policy = proton.Terminus.EXPIRE_NEVER
+        rcv.target.address = name
+        rcv.open()
+        peer._track(rcv)
+        subs.append((peer, rcv))
+    harness.pump()
+    msg = _message(BIG)
+    _send(harness, msg, "news")
+    _commit(b)
+    assert len(_files(tmp_path)) == 1
+    for i, (peer, rcv) in enumerate(subs):
+        rcv.flow(1)
+        harness.pump()
+        got = peer.received(rcv)
+        back = Message()
+        back.decode(got[0].data)
+        assert back.body == msg.body
+        settle(got[0].delivery, proton.Delivery.ACCEPTED)
+        harness.pump()
+        assert len(_files(tmp_path)) == (0 if i == 1 else 1)
+
+
+def test_a_non_durable_subscription_gets_the_message_whole(harness, tmp_path):
+    b = harness.router
+    c = harness.connect()
+    r = c.receiver("news", credit=5)  # a non-durable subscription: no journal record, no file for it
+    harness.pump()
+    msg = _message(BIG)
+    _send(harness, msg, "news")
+    assert _files(tmp_path) == []
+    got = c.received(r)
+    back = Message()
+    back.decode(got[0].data)
+    assert back.body == msg.body
