@@ -251,6 +251,10 @@ def data_link_priorities(router) -> dict:
     return out
 
 
+def _kind(row: dict) -> str:
+    return "router-control link" if row.get("linkType") == "router-control" else "link-routed link"
+
+
 class LinkEntity(EntityAdapter):
     short = "router.link"
     description = ("One link attached to the router: message-routed (endpoint, inter-router data, edge), "
@@ -308,7 +312,11 @@ class LinkEntity(EntityAdapter):
             return row
         rl = self.control.find_link(row["identity"])
         if rl is None:
-            return row
+            if row.get("linkType") == "router-control" or row.get("peer") is not None:
+                # Only message-routed links are the forwarder's to detach; saying "done" would be a lie.
+                raise bad_request(f"link {row['identity']} is a {_kind(row)}: management cannot detach it; "
+                                  f"close its connection (connection {row['connectionId']}) instead")
+            return row   # it went away meanwhile
         self.control.close_link(rl, f"link {status} by management")
         return dict(row, adminStatus=status, operStatus="down")
 

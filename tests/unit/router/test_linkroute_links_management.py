@@ -98,6 +98,21 @@ def test_a_routed_receiver_pair_shows_unsettled_deliveries_and_the_out_key():
     assert by_dir["out"]["creditAvailable"] == 2     # the client's 5, less the 3 sent on to it
 
 
+def test_management_refuses_to_detach_a_routed_link_rather_than_pretend():
+    h, agent, broker, client = _setup()
+    snd = client.sender("test.q4")
+    h.pump()
+    broker_answers(broker)
+    h.pump()
+    row = _routed(agent)[0]
+    data = wm.build_request("UPDATE", reply_to="r", correlation_id=2, type="org.apache.qpid.dispatch.router.link",
+                            identity=row["identity"], body={"adminStatus": "disabled"})
+    resp = wm.parse_response(agent.handle(data))
+    assert resp.status == 400 and "link-routed link: management cannot detach it" in resp.description
+    h.pump()
+    assert snd.state & Endpoint.REMOTE_ACTIVE and len(_routed(agent)) == 2
+
+
 def test_routed_links_leave_router_link_when_detached():
     h, agent, broker, client = _setup()
     snd = client.sender("test.q3")
