@@ -77,15 +77,18 @@ class Admission:
                 largest, why = bound, f"what address {address} can hold"
         return largest, why
 
-    def advertise(self, lo, address: str) -> None:
+    def advertise(self, lo, address: str, *, large: bool = False) -> None:
         """A producer's link says how large a message may be (AMQP 1.0 §2.7.3 attach, max-message-size):
-        the journal's record limit, or less when the address's limits are lower."""
-        largest = MAX_RECORD_BYTES
+        the journal's record limit, or less when the address's limits are lower. With ``large`` (the
+        connection stores large messages in files of their own, broker.largemessage) the record limit does
+        not apply: only the address's limits, or none (0; a non-durable message is still refused past the
+        record limit while it arrives)."""
+        largest = LARGE_MESSAGE_LIMIT if large else MAX_RECORD_BYTES
         if self.limits.active:
             bound = self.limits.largest_message(address)
             if 0 <= bound < largest:
                 largest = bound
-        lo.max_message_size = largest
+        lo.max_message_size = 0 if largest == LARGE_MESSAGE_LIMIT else largest
 
     # -- a message still arriving --------------------------------------------------------------------
     def arriving(self, bl: BrokerLink, d, held: int, first_chunk) -> tuple[str | None, str | None]:

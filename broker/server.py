@@ -188,6 +188,10 @@ class Broker(ConnectionHandler):
             self.delivery.mirror.durable_up_to(record_id)
             self.on_batch_end()  # hand the events now on disk to the mirror link
 
+    def _stores_large(self, engine) -> bool:
+        """Messages on ``engine``'s links may be stored as large messages (broker.largemessage)."""
+        return self.storage.large is not None and engine.app.min_large_message_size >= 0
+
     def on_output_drained(self, engine) -> None:
         """wire: output queued for ``engine`` fell low (a large message being sent goes on)."""
         self.delivery.output_drained(engine)
@@ -334,7 +338,7 @@ class Broker(ConnectionHandler):
         if self._denied(engine, link, permission, addressing.address_of(q.name)):
             return
         if not lo.is_sender:
-            self.admission.advertise(lo, addressing.address_of(q.name))
+            self.admission.advertise(lo, addressing.address_of(q.name), large=self._stores_large(engine))
         engine.open_link_like_remote(link)
         if browser:
             self.browsing.attach(engine, link, q, name=lo.name,
@@ -364,7 +368,7 @@ class Broker(ConnectionHandler):
             return
         self.addressing.addresses.setdefault(address, set()).add(MULTICAST)
         if not lo.is_sender:
-            self.admission.advertise(lo, address)
+            self.admission.advertise(lo, address, large=self._stores_large(engine))
             engine.open_link_like_remote(link)
             self.delivery.receiving(engine, link, lo.name, BrokerLink.FANOUT, address)
             return

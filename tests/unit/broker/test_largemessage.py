@@ -304,3 +304,70 @@ def test_a_non_durable_subscription_gets_the_message_whole(harness, tmp_path):
     back = Message()
     back.decode(got[0].data)
     assert back.body == msg.body
+
+
+def _stuck_consumer(harness, credit: int = 5):
+    """A consumer that stops reading once attached: the broker's output to it stays queued."""
+    c = harness.connect()
+    r = c.receiver("orders", credit=credit)
+    c.paused = True  # enginepair.Pipe carries nothing to a paused side (its socket is not read)
+    harness.pump()
+    return c, r
+
+
+def test_the_file_is_read_only_while_the_consumer_output_is_below_the_limit(harness):
+    b = harness.router
+    msg = _message(4_000_000)
+    _send(harness, msg)
+    _send(harness, Message(body="small behind it", durable=True))
+    _commit(b)
+    c, r = _stuck_consumer(harness)
+    engine = c.router_engine
+    s = b.delivery.large.sending[engine][0]
+    assert engine.output_blocked and s.offset < s.end
+    assert largestream.OUTPUT_HIGH <= engine.out_pending < largestream.OUTPUT_HIGH + largestream.SEND_CHUNK + 1000
+    assert len(s.bl.backlog) == 1  # the small one waits behind the large one on the link
+    c.paused = False
+    harness.pump()
+    got = c.received(r)
+    assert len(got) == 2
+    back = Message()
+    back.decode(got[0].data)
+    assert back.body == msg.body
+    back.decode(got[1].data)
+    assert back.body == "small behind it"
+    assert engine not in b.delivery.large.sending and not engine.output_blocked
+
+
+def test_a_consumer_leaving_mid_message_gets_it_aborted_and_another_gets_it_whole(harness, tmp_path):
+    b = harness.router
+    msg = _message(4_000_000)
+    _send(harness, msg)
+    _commit(b)
+    c, _r = _stuck_consumer(harness)
+    assert b.delivery.large.sending
+    harness.drop(c)
+    assert not b.delivery.large.sending and b.delivery.large.aborted_out == 1
+    assert b.queues["orders"].message_count == 1 and len(_files(tmp_path)) == 1
+    c2 = harness.connect()
+    r2 = c2.receiver("orders", credit=1)
+    harness.pump()
+    got = c2.received(r2)
+    back = Message()
+    back.decode(got[0].data)
+    assert back.body == msg.body and back.delivery_count == 1
+
+
+def test_a_large_message_over_the_disk_headroom_is_refused_while_it_arrives(harness, tmp_path):
+    b = harness.router
+    b.storage.disk_headroom = lambda: 1_000_000  # bytes left below max-disk-usage
+    p = harness.connect()
+    snd = p.sender("orders")
+    harness.pump()
+    snd.delivery(p.next_tag())
+    data = _message(3_000_000).encode()
+    for i in range(0, 2_000_000, 200_000):
+        snd.send(data[i:i + 200_000])
+        harness.pump()
+    assert snd.remote_condition is not None and snd.remote_condition.name == "amqp:link:message-size-exceeded"
+    assert _files(tmp_path) == [] and b.queues["orders"].message_count == 0
