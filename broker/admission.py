@@ -68,8 +68,10 @@ class Admission:
         """(bytes, why) of the largest message a link can ever have stored: the journal's record limit (not
         for a ``large`` message, which has a file of its own: broker.largemessage), its address's
         max-size-bytes and global-max-size (see AddressLimits.largest_message)."""
-        largest, why = (LARGE_MESSAGE_LIMIT, "the largest large message") if large else \
-            (MAX_RECORD_BYTES, "the journal's record limit")
+        if large:
+            # Only its reference (the head) is held in memory, which is what the address limits bound.
+            return LARGE_MESSAGE_LIMIT, "the largest large message"
+        largest, why = MAX_RECORD_BYTES, "the journal's record limit"
         if self.limits.active and bl.mode != BrokerLink.MANAGEMENT:
             address, _queues = self.scope(bl)
             bound = self.limits.largest_message(address)
@@ -80,15 +82,18 @@ class Admission:
     def advertise(self, lo, address: str, *, large: bool = False) -> None:
         """A producer's link says how large a message may be (AMQP 1.0 §2.7.3 attach, max-message-size):
         the journal's record limit, or less when the address's limits are lower. With ``large`` (the
-        connection stores large messages in files of their own, broker.largemessage) the record limit does
-        not apply: only the address's limits, or none (0; a non-durable message is still refused past the
-        record limit while it arrives)."""
-        largest = LARGE_MESSAGE_LIMIT if large else MAX_RECORD_BYTES
+        connection stores durable messages past a threshold in files of their own, broker.largemessage)
+        neither bounds every message: none is advertised (0), and a message that cannot be taken is refused
+        while it arrives (a non-durable one past the record limit or the address' limits)."""
+        if large:
+            lo.max_message_size = 0
+            return
+        largest = MAX_RECORD_BYTES
         if self.limits.active:
             bound = self.limits.largest_message(address)
             if 0 <= bound < largest:
                 largest = bound
-        lo.max_message_size = 0 if largest == LARGE_MESSAGE_LIMIT else largest
+        lo.max_message_size = largest
 
     # -- a message still arriving --------------------------------------------------------------------
     def arriving(self, bl: BrokerLink, d, held: int, first_chunk) -> tuple[str | None, str | None]:
@@ -118,6 +123,11 @@ class Admission:
         it may grow to); sets that size and the next check. ``large``: the message streams into a file of
         its own (broker.largestream), so the journal's record limit does not bound it."""
         a.next_check = held + PARTIAL_CHECK_BYTES
+        if not large and a.durable and self.storage.large is not None and \
+                bl.engine.app.min_large_message_size >= 0 and bl.mode != BrokerLink.MANAGEMENT:
+            # It becomes a large message if it reaches the threshold (wire's STREAM, broker.largestream); one
+            # that ends below it is held whole and checked against the address' limits once complete.
+            large = True
         largest, what = self.largest_message(bl, large=large)
         address, queues = self.scope(bl) if bl.mode != BrokerLink.MANAGEMENT else ("", [])
         storage = self.storage

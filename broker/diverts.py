@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import proton
 
 from .configmodel import ANY_WORDS, SINGLE_WORD, artemis_match
+from .largemessage import split_reference
 from .selector import Selector, SelectorError, message_lookup, parse as parse_selector
 from .xmlschema import Ctx, children
 
@@ -310,6 +311,10 @@ class Diverts:
     def copy(self, d: DivertConfig, payload: bytes, source_address: str, forward: str) -> bytes | None:
         """The copy divert ``d`` sends to ``forward`` (see the module docstring); None when the message
         cannot be decoded or its transformer fails (the copy is then not made, and logged)."""
+        # A large message reference (broker.largemessage): the head is copied, the footer naming the file
+        # follows it again, and the copy is another reference to the same file. A transformer may rewrite
+        # the body, which is in the file: its copy is not a reference, and the broker refuses the message.
+        payload, footer = split_reference(payload)
         try:
             m = proton.Message()
             m.decode(payload)
@@ -332,6 +337,8 @@ class Diverts:
             except Exception as exc:  # a user's transformer must not stop the broker
                 log.warning("divert %s: transformer failed (%s); message not diverted", d.name, exc)
                 return None
+        elif footer:
+            out += footer
         self.diverted[d.name] += 1
         return out
 

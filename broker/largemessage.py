@@ -80,6 +80,14 @@ def reference_head(payload) -> bytes:
     return payload[:-FOOTER_BYTES]
 
 
+def split_reference(payload) -> tuple[bytes, bytes]:
+    """(head, footer) of a reference, or (payload, b"") for any other message: a part that rewrites a
+    message's head with a full decoder (proton) rewrites the head alone and appends the footer again."""
+    if is_reference(payload):
+        return payload[:-FOOTER_BYTES], payload[-FOOTER_BYTES:]
+    return payload, b""
+
+
 def file_id_of(tail) -> int | None:
     """The file id of a journal record's payload ``tail`` (its last bytes), or None when it is not a
     reference (the journal calls this for each message record it scans or appends)."""

@@ -19,12 +19,10 @@ from typing import Callable
 import proton
 
 from broker.addressing import AddressModel
-from broker.largemessage import is_reference
+from broker.largemessage import split_reference
 from broker.limits import AddressLimits
 from broker.queue import Queue, QueuedMessage
 from broker.storage import Storage
-from wire import codec
-from wire.msgannotations import set_annotations
 
 log = logging.getLogger("broker.moves")
 
@@ -101,10 +99,9 @@ def annotate_moved(payload: bytes, *, address: str, queue: str, expired_at: int 
     when it expired, its ttl and absolute-expiry-time removed, with ACTUAL-EXPIRY recording when).
 
     A cold path (dead letters are rare), so the message is decoded and encoded with proton; one that
-    proton cannot decode moves unchanged. A large message reference (broker.largemessage) is not decoded:
-    the annotations are spliced into its head, which keeps the reference to its file."""
-    if is_reference(payload):
-        return _annotate_reference(payload, address=address, queue=queue, expired_at=expired_at)
+    proton cannot decode moves unchanged. Of a large message reference (broker.largemessage) only the head
+    is decoded and encoded: the footer naming its file follows it again."""
+    payload, footer = split_reference(payload)  # a large message: its head, then its reference again
     try:
         m = proton.Message()
         m.decode(payload)
@@ -118,25 +115,8 @@ def annotate_moved(payload: bytes, *, address: str, queue: str, expired_at: int 
             m.ttl = 0
             m.expiry_time = 0
         m.annotations = ann
-        return bytes(m.encode())
+        return bytes(m.encode()) + footer
     except Exception:  # not decodable by proton: move it as it is
         log.debug("dead-letter / expiry annotations skipped for an undecodable message")
-        return payload
+        return payload + footer
 
-
-def _annotate_reference(payload: bytes, *, address: str, queue: str, expired_at: int | None) -> bytes:
-    """:func:`annotate_moved` for a large message reference: the ORIG annotations spliced into its head
-    (its ttl is left in the header: a moved message has no expiry in its new queue, see Mover.move)."""
-    entries: dict = {ORIG_ADDRESS: address, ORIG_QUEUE: queue}
-    try:
-        mid = codec.properties_fields(payload, 1)[0]
-    except Exception:  # a head we cannot walk keeps the annotations we can give it
-        mid = None
-    if mid is not None:
-        entries[ORIG_MESSAGE_ID] = mid
-    if expired_at is not None:
-        entries[ACTUAL_EXPIRY] = proton.timestamp(expired_at)
-    try:
-        return set_annotations(payload, entries)
-    except Exception:  # an id type the splice cannot encode: the address and queue still go in
-        return set_annotations(payload, {ORIG_ADDRESS: address, ORIG_QUEUE: queue})

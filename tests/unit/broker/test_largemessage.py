@@ -371,3 +371,73 @@ def test_a_large_message_over_the_disk_headroom_is_refused_while_it_arrives(harn
         harness.pump()
     assert snd.remote_condition is not None and snd.remote_condition.name == "amqp:link:message-size-exceeded"
     assert _files(tmp_path) == [] and b.queues["orders"].message_count == 0
+
+
+PAGING_XML = """\
+<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <persistence-enabled>true</persistence-enabled>
+  <journal-directory>{journal}</journal-directory>
+  <addresses>
+    <address name="orders"><anycast><queue name="orders"/></anycast></address>
+    <address name="audit"><anycast><queue name="audit"/></anycast></address>
+  </addresses>
+  <diverts>
+    <divert name="to-audit"><address>orders</address><forwarding-address>audit</forwarding-address></divert>
+  </diverts>
+  <address-settings>
+    <address-setting match="orders">
+      <max-size-bytes>10K</max-size-bytes>
+      <address-full-policy>PAGE</address-full-policy>
+    </address-setting>
+  </address-settings>
+</core></configuration>
+"""
+
+
+async def test_large_messages_page_and_divert_as_references(tmp_path, nursery):
+    import trio
+
+    from broker.config import parse_broker_config
+    from broker.server import Broker
+
+    b = Broker(parse_broker_config(PAGING_XML.format(journal=tmp_path / "journal")))
+    b.open_journal()
+    await nursery.start(b.pager.run)
+    h = RouterHarness(router=b)
+    p = h.connect()
+    snd = p.sender("orders")
+    h.pump()
+    sent = [Message(id=i, body=b"s" * 3000, durable=True) for i in range(10)]
+    sent += [_message(BIG + i, id=10 + i) for i in range(3)]
+    ds = [p.send(snd, m) for m in sent]
+    h.pump()
+    for _ in range(200):
+        _commit(b)
+        h.pump()
+        if all(outcome(d) and outcome(d)["state"] == "accepted" for d in ds):
+            break
+        await trio.sleep(0.01)
+    assert b.pager.stats("orders")[0] >= 3  # the large ones are paged (as references) behind the small ones
+    assert b.queues["audit"].message_count == 13  # the divert copied every one
+    assert len(_files(tmp_path)) == 3  # one file per large message, shared by the queue and its copy
+    for queue in ("orders", "audit"):
+        c = h.connect()
+        r = c.receiver(queue, credit=20)
+        got = []
+        for _ in range(500):
+            _commit(b)
+            h.pump()
+            for rec in c.received(r, clear=True):
+                m = Message()
+                m.decode(rec.data)
+                got.append(m)
+                settle(rec.delivery, proton.Delivery.ACCEPTED)
+            if len(got) == 13:
+                break
+            await trio.sleep(0.01)
+        assert [m.id for m in got] == list(range(13))
+        assert [m.body for m in got] == [m.body for m in sent]
+        h.pump()  # the last settlements
+    _commit(b)
+    assert b.storage.large.records == {}
+    assert _files(tmp_path) == []
