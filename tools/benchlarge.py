@@ -134,3 +134,153 @@ def format_large(rep: dict) -> str:
         lines.append(f"{row['label']:38} {cpu_s:>26} {rate:>22} "
                      f"{_median_range(growth):>28}  {note}")
     return "\n".join(lines)
+
+
+# -- the broker: one huge durable message stored, the broker restarted, the message delivered -------------
+
+BROKER_XML = """\
+<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <name>benchlarge</name>
+  <persistence-enabled>true</persistence-enabled>
+  <journal-directory>{journal}</journal-directory>
+  <acceptors><acceptor name="amqp">tcp://127.0.0.1:0?protocols=AMQP;amqpMinLargeMessageSize={min_large}</acceptor></acceptors>
+  <addresses><address name="big"><anycast><queue name="big"/></anycast></address></addresses>
+</core></configuration>
+"""
+# How often the broker's RSS is sampled while it stores or delivers (VmHWM at the end catches the peak
+# between samples too).
+BROKER_SAMPLE_SECONDS = 0.05
+BROKER_TIMEOUT = 600.0
+
+
+class _Sampler:
+    """Samples a process's RSS in a thread (the proton client blocks the main one)."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        from tools.benchprocs import RssSampler
+
+        self.rss = RssSampler(pid)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(BROKER_SAMPLE_SECONDS):
+            self.rss.sample()
+
+    def stop(self) -> dict:
+        self.done.set()
+        self.thread.join()
+        [m] = self.rss.result()["router_rss_mb"]
+        return {"rss_start_mb": m["start"], "rss_peak_mb": m["peak"], "rss_growth_mb": m["growth"],
+                "hwm_mb": m["hwm"]}
+
+
+def run_broker_large(size: int = HUGE_SIZE, *, restart: bool = True, min_large: int = 102400) -> dict:
+    """One ``size``-byte durable message sent straight to a tdbroker (stored as a large message: a file of
+    its own), the broker restarted (``restart``), the message received and accepted: seconds and the
+    broker's RSS for each half. The client is proton's blocking API (the client's memory is not measured).
+    ``min_large``: the acceptor's amqpMinLargeMessageSize (-1: the message is held in memory and journaled
+    whole, as before large messages, for comparison)."""
+    import hashlib
+    import pathlib
+    import tempfile
+    import time
+
+    from proton import Message
+    from proton.utils import BlockingConnection
+
+    from tools.daemons import BROKER, DaemonProcess
+
+    block = hashlib.sha256(b"benchlarge").digest() * 2048
+    body = (block * (size // len(block) + 1))[:size]
+    digest = hashlib.sha256(body).hexdigest()
+    report: dict = {"kind": "broker-large", "size": size, "restart": restart, "min_large": min_large}
+    with tempfile.TemporaryDirectory(prefix="benchlarge-") as tmp:
+        conf = pathlib.Path(tmp) / "broker.xml"
+        conf.write_text(BROKER_XML.format(journal=pathlib.Path(tmp) / "journal", min_large=min_large))
+        broker = DaemonProcess(BROKER, conf, stderr_path=pathlib.Path(tmp) / "broker.stderr", stderr_append=True)
+        broker.start()
+        try:
+            url = f"amqp://127.0.0.1:{broker.ports['amqp']}"
+            sampler = _Sampler(broker.proc.pid)
+            t0 = time.monotonic()
+            conn = BlockingConnection(url, timeout=BROKER_TIMEOUT)
+            try:
+                conn.create_sender("big").send(Message(body=body, durable=True))  # returns once accepted
+            finally:
+                conn.close()
+            report["store_seconds"] = round(time.monotonic() - t0, 2)
+            report["store"] = sampler.stop()
+            del body
+            files = list((pathlib.Path(tmp) / "large-messages").glob("*.msg"))
+            report["large_message_files"] = len(files)
+            journal_bytes = sum(p.stat().st_size for p in (pathlib.Path(tmp) / "journal").glob("*.tdj"))
+            report["journal_bytes"] = journal_bytes
+            if restart:
+                broker.stop()
+                broker.start()
+                url = f"amqp://127.0.0.1:{broker.ports['amqp']}"
+            sampler = _Sampler(broker.proc.pid)
+            t0 = time.monotonic()
+            conn = BlockingConnection(url, timeout=BROKER_TIMEOUT)
+            try:
+                rcv = conn.create_receiver("big", credit=1)
+                msg = rcv.receive(timeout=BROKER_TIMEOUT)
+                rcv.accept()
+                got = hashlib.sha256(msg.body).hexdigest() if isinstance(msg.body, (bytes, memoryview)) else None
+                del msg
+            finally:
+                conn.close()
+            report["deliver_seconds"] = round(time.monotonic() - t0, 2)
+            report["deliver"] = sampler.stop()
+            report["intact"] = got == digest
+            deadline = time.monotonic() + 30
+            while list((pathlib.Path(tmp) / "large-messages").glob("*.msg")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            report["file_removed"] = not list((pathlib.Path(tmp) / "large-messages").glob("*.msg"))
+        finally:
+            code = broker.stop()
+        report["exit_status"] = code
+    report["ok"] = bool(report.get("intact") and report.get("file_removed") and code in (0, None))
+    report["ok"] = report["ok"] and (min_large < 0 or report.get("large_message_files") == 1)
+    return report
+
+
+def format_broker_large(rep: dict) -> str:
+    s, d = rep["store"], rep["deliver"]
+    kind = "a large message" if rep["min_large"] >= 0 else "amqpMinLargeMessageSize=-1: held whole"
+    return (f"tdbroker, one {_size_label(rep['size'])} durable message ({kind}), sent straight to the "
+            f"broker{', broker restarted,' if rep['restart'] else ''} then received:\n"
+            f"  store:   {rep['store_seconds']} s, broker RSS {s['rss_start_mb']} -> peak {s['rss_peak_mb']} MiB "
+            f"(growth {s['rss_growth_mb']} MiB, VmHWM {s['hwm_mb']} MiB); journal {rep['journal_bytes']} bytes, "
+            f"{rep['large_message_files']} large message file\n"
+            f"  deliver: {rep['deliver_seconds']} s, broker RSS {d['rss_start_mb']} -> peak {d['rss_peak_mb']} MiB "
+            f"(growth {d['rss_growth_mb']} MiB, VmHWM {d['hwm_mb']} MiB); intact: {rep['intact']}, "
+            f"file removed: {rep['file_removed']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.benchlarge --broker [--size BYTES] [--no-restart] [--json]``: the broker row
+    (``tdbench --large`` runs the router rows)."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m tools.benchlarge", description=main.__doc__)
+    ap.add_argument("--broker", action="store_true", required=True,
+                    help="one huge durable message through a tdbroker (stored as a large message)")
+    ap.add_argument("--size", type=int, default=HUGE_SIZE, help="message size in bytes")
+    ap.add_argument("--no-restart", action="store_true", help="deliver without restarting the broker first")
+    ap.add_argument("--min-large-message-size", type=int, default=102400,
+                    help="the acceptor's amqpMinLargeMessageSize (-1: no large messages, for comparison)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    rep = run_broker_large(args.size, restart=not args.no_restart, min_large=args.min_large_message_size)
+    print(json.dumps(rep) if args.json else format_broker_large(rep))
+    return 0 if rep["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
