@@ -490,8 +490,7 @@ class DeliveryPath:
                     bl.backlog.append((q, token, msg, out))
                     continue
                 if out[-8:] == _LARGE_MAGIC and is_reference(out):
-                    if not self.large.start(bl, q, token, msg, out):
-                        self.drop_unreadable(q, token)
+                    self.large.start(bl, q, token, msg, out)
                     continue
                 d = send(bl.ptr, bl.seq, out, len(bl.unsettled))
                 bl.seq += 1
@@ -523,38 +522,6 @@ class DeliveryPath:
                 journal.append_ack(msg.record_id)
         else:
             bl.unsettled[d] = token
-
-    def send_backlog(self, bl: BrokerLink) -> None:
-        """A large message went out on ``bl`` (or was given up): send what waited behind it, up to the next
-        large one."""
-        backlog = bl.backlog
-        engine = bl.engine
-        while backlog and bl.streaming is None and not bl.closed:
-            q, token, msg, out = backlog.pop(0)
-            if q.name not in self.addressing.queues:
-                continue
-            if out[-8:] == _LARGE_MAGIC and is_reference(out):
-                if not self.large.start(bl, q, token, msg, out):
-                    self.drop_unreadable(q, token)
-                continue
-            d = raw.send_unique_tagged(bl.ptr, bl.seq, out, len(bl.unsettled))
-            bl.seq += 1
-            self.sent(bl, q, token, msg, d)
-        if not backlog and bl.streaming is None and bl.drain_pending and not bl.closed:
-            bl.drain_pending = False
-            raw.link_drained(bl.ptr)
-        self.wake.add(engine)
-        self.wake_engines()
-
-    def drop_unreadable(self, q: Queue, token) -> None:
-        """A large message whose file cannot be read: nobody can be given it; it is acknowledged (the error
-        is logged where the file was read)."""
-        msg = q.settle(token, ACCEPTED)
-        journal = self.storage.journal
-        if msg is not None and msg.record_id is not None and journal is not None:
-            journal.append_ack(msg.record_id)
-            msg.record_id = None
-        self.dirty.add(q)
 
     def output_drained(self, engine) -> None:
         """wire: the engine's output fell low again (a large message being sent waits for that)."""

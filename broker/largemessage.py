@@ -204,10 +204,6 @@ class LargeMessageStore:
         """The broker stops: files stay for the next start (their records are in the journal)."""
         self.closed = True
 
-    def stats(self) -> dict:
-        return {"largeMessages": len(self.records), "largeMessagesWriting": len(self.writing),
-                "largeMessageFilesRemoved": self.files_removed}
-
 
 class LargeFileWriter:
     """One message arriving into its file: bytes written as they come (synchronous ``os.write`` of each

@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 import os
 
-from broker.largemessage import make_reference, parse_reference, reference_head
+from broker.largemessage import is_reference, make_reference, parse_reference, reference_head
+from broker.queue import ACCEPTED
 from wire import assembly, codec, raw
 from wire.assembly import MESSAGE_SIZE_EXCEEDED
 from wire.amqptypes import CodecError
@@ -87,10 +88,14 @@ class LargeStreams:
     def wants(self, engine, bl, d, held: int) -> bool:
         """Stream this message still arriving into a file? Yes when large messages are on (persistence
         enabled, the connection's threshold not -1), it has reached the threshold, and its header says
-        durable (a non-durable message is assembled in memory as before)."""
+        durable (a non-durable message is assembled in memory as before), on a link the path owns itself."""
         threshold = engine.app.min_large_message_size
         if threshold < 0 or held < threshold or self.store is None or bl.mode is not None and \
                 bl.mode != bl.FANOUT:
+            return False
+        if bl.owner is not self.path:
+            # A link another part owns and delegates to the path (a federation receiver counts hops and
+            # applies its transformer, a mirror target applies events): its messages arrive whole, as before.
             return False
         a = bl.arriving
         if a is not None and a.delivery == d:
@@ -187,16 +192,17 @@ class LargeStreams:
         bl.backlog = None
 
     # -- out --------------------------------------------------------------------------------------------
-    def start(self, bl, q, token, msg, out: bytes) -> bool:
-        """Begin sending reference ``out`` (the bytes the consumer is to get, head first) on ``bl``; False
-        when its file cannot be opened (the caller drops the message)."""
+    def start(self, bl, q, token, msg, out: bytes) -> None:
+        """Begin sending reference ``out`` (the bytes the consumer is to get, head first) on ``bl`` (a file
+        that cannot be opened drops the message)."""
         fid, size, head_len = parse_reference(out)
         path = self.store.path(fid)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             log.error("queue %s: large message file %s cannot be read (%s): message dropped", q.name, path, exc)
-            return False
+            self.drop_unreadable(q, token)
+            return
         link = bl.ptr
         head = reference_head(out)
         if len(bl.unsettled) < raw.TAG_RING - 1:
@@ -211,7 +217,6 @@ class LargeStreams:
             bl.unsettled[d] = token
         self.sending.setdefault(engine, []).append(s)
         self.pump(engine)
-        return True
 
     def pump(self, engine) -> None:
         """Read more of the engine's streams while its output is below :data:`OUTPUT_HIGH`."""
@@ -261,7 +266,7 @@ class LargeStreams:
         bl.streaming = None
         self.streamed_out += 1
         self.path.sent(bl, s.q, s.token, s.msg, s.d)
-        self.path.send_backlog(bl)
+        self.send_backlog(bl)
 
     def _abandon(self, s: LargeSend) -> None:
         """The file cannot be read: abort the delivery and drop the message (acknowledged: it cannot be
@@ -272,8 +277,39 @@ class LargeStreams:
         bl.unsettled.pop(s.d, None)
         raw.delivery_abort(s.d)
         self.aborted_out += 1
-        self.path.drop_unreadable(s.q, s.token)
-        self.path.send_backlog(bl)
+        self.drop_unreadable(s.q, s.token)
+        self.send_backlog(bl)
+
+    def send_backlog(self, bl) -> None:
+        """A large message went out on ``bl`` (or was given up): send what the queue handed the consumer
+        meanwhile, in order, up to the next large one; then a drain the queue answered meanwhile."""
+        path = self.path
+        backlog = bl.backlog
+        while backlog and bl.streaming is None and not bl.closed:
+            q, token, msg, out = backlog.pop(0)
+            if q.name not in path.addressing.queues:
+                continue  # deleted meanwhile (its messages went with it)
+            if is_reference(out):
+                self.start(bl, q, token, msg, out)
+                continue
+            d = raw.send_unique_tagged(bl.ptr, bl.seq, out, len(bl.unsettled))
+            bl.seq += 1
+            path.sent(bl, q, token, msg, d)
+        if not backlog and bl.streaming is None and bl.drain_pending and not bl.closed:
+            bl.drain_pending = False
+            raw.link_drained(bl.ptr)
+        path.wake.add(bl.engine)
+        path.wake_engines()
+
+    def drop_unreadable(self, q, token) -> None:
+        """A large message whose file cannot be read: nobody can be given it, so it is acknowledged (the
+        error is logged where the file was read)."""
+        msg = q.settle(token, ACCEPTED)
+        journal = self.path.storage.journal
+        if msg.record_id is not None and journal is not None:
+            journal.append_ack(msg.record_id)
+            msg.record_id = None
+        self.path.dirty.add(q)
 
 
 class _Failed:

@@ -224,7 +224,8 @@ class MirrorPart:
             if not src.wants(address, ident[0]):
                 continue
             if body[-8:] == LARGE_MAGIC:
-                # a large message goes to the mirror whole (it is not streamed to mirrors: see docs/mirror.md)
+                # a large message goes to the mirror whole: events are not streamed (docs/broker-configuration.md,
+                # "Large messages")
                 body = self.broker.storage.whole_message(body)
                 if body is None or len(body) > MAX_MIRRORED_LARGE:
                     log.error("mirror: large message %s on %s not mirrored (%s)", ident[1], name,

@@ -441,3 +441,50 @@ async def test_large_messages_page_and_divert_as_references(tmp_path, nursery):
     _commit(b)
     assert b.storage.large.records == {}
     assert _files(tmp_path) == []
+
+
+def test_a_link_another_part_owns_gets_its_messages_whole(harness, tmp_path):
+    """Federation receivers and mirror targets own their links and delegate the rest to the delivery path
+    (their __getattr__): a large message on such a link must reach their on_message whole, not be
+    streamed past them into a queue."""
+    b = harness.router
+    p = harness.connect()
+    snd = p.sender("orders")
+    harness.pump()
+    [bl] = [x for x in p.router_engine.app.links.values() if x.incoming]
+    seen = []
+
+    class Wrapper:
+        def __init__(self, delivery):
+            self.delivery = delivery
+
+        def on_message(self, engine, link, d, payload):
+            seen.append(len(payload))
+            self.delivery.store(link, d, payload)
+
+        def __getattr__(self, name):
+            return getattr(self.delivery, name)
+
+    bl.owner = Wrapper(b.delivery)
+    p.send(snd, _message(BIG))
+    harness.pump()
+    assert seen and seen[0] > BIG and _files(tmp_path) == []
+    assert b.queues["orders"].message_count == 1
+
+
+def test_a_message_whose_file_went_is_dropped_and_the_next_is_delivered(harness, tmp_path, caplog):
+    b = harness.router
+    _send(harness, _message(BIG))
+    _send(harness, Message(body="after", durable=True))
+    _commit(b)
+    os.unlink(tmp_path / "large-messages" / _files(tmp_path)[0])  # removed behind the broker's back
+    c = harness.connect()
+    r = c.receiver("orders", credit=5)
+    harness.pump()
+    got = c.received(r)
+    assert len(got) == 1
+    back = Message()
+    back.decode(got[0].data)
+    assert back.body == "after"
+    assert b.queues["orders"].message_count == 1  # "after", not yet settled
+    assert "cannot be read" in caplog.text
