@@ -210,7 +210,7 @@ class LargeFileWriter:
     chunk wire hands over, at most what one read of the socket brought), the head kept aside until its end
     is found, fsynced when complete (before any journal record refers to it)."""
 
-    __slots__ = ("store", "file_id", "fd", "size", "head", "head_len", "error")
+    __slots__ = ("store", "file_id", "fd", "size", "head", "head_len", "error", "advised")
 
     def __init__(self, store: LargeMessageStore, file_id: int) -> None:
         self.store = store
@@ -221,6 +221,7 @@ class LargeFileWriter:
         self.head = bytearray()  # the first bytes, until the head's end is known
         self.head_len: int | None = None
         self.error: str | None = None
+        self.advised = 0  # bytes up to which the kernel was asked to write back (see WRITEBACK_BYTES)
 
     def write(self, chunk: bytes, head_end) -> None:
         """Append ``chunk``; ``head_end(prefix)`` finds the head's length in the first bytes (None: not yet)."""
@@ -245,6 +246,16 @@ class LargeFileWriter:
             self.error = f"large message file cannot be written: {exc.strerror or exc}"
             return
         self.size += len(chunk)
+        if self.store.fsync and self.size - self.advised >= 2 * WRITEBACK_BYTES:
+            # Start writing back the window before the last one (POSIX_FADV_DONTNEED: Linux starts the
+            # write-back of dirty pages in the range and drops the clean ones), so the fsync at the end
+            # waits for about the last two windows, not the whole message; and the page cache does not
+            # fill with it.
+            try:
+                os.posix_fadvise(self.fd, self.advised, WRITEBACK_BYTES, os.POSIX_FADV_DONTNEED)
+            except (OSError, AttributeError):  # advice only
+                pass
+            self.advised += WRITEBACK_BYTES
 
     def finish(self) -> bool:
         """BLOCKING: fsync, close and rename to its final name; False (and the file removed) on failure."""
@@ -284,6 +295,8 @@ class LargeFileWriter:
         self.store.finished_writing(self.file_id)
 
 
+#: While a large message is written, the kernel is asked to write back what arrived every this many bytes.
+WRITEBACK_BYTES = 8 * 1024 * 1024
 #: A message whose head (sections before the body) is longer than this is refused as a large message: the
 #: head is kept in memory and journaled.
 MAX_HEAD_BYTES = 1024 * 1024
