@@ -23,6 +23,10 @@ covers the preceding 36 bytes. Records follow back to back::
     type 2 ACK      record_id:u64                       the message was acknowledged (or moved): drop it
     type 3 UPDATE   record_id:u64 | delivery_count:u32  durable delivery count for redelivery accounting
 
+A MESSAGE whose payload is a large message reference (:mod:`broker.largemessage`: the message's head and a
+footer naming its file) is an ordinary record here; the journal only keeps ``large_refs`` (record id -> file
+id, found by the footer's last bytes) and tells ``large`` (the file store) as such records come and go.
+
 Durability and recovery
 -----------------------
 Appends are buffered in memory; :meth:`Journal.sync` writes the whole buffer with ``os.write`` and fsyncs once

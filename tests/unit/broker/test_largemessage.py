@@ -488,3 +488,34 @@ def test_a_message_whose_file_went_is_dropped_and_the_next_is_delivered(harness,
     assert back.body == "after"
     assert b.queues["orders"].message_count == 1  # "after", not yet settled
     assert "cannot be read" in caplog.text
+
+
+def test_a_drain_is_answered_after_the_large_message_it_waits_behind(harness):
+    b = harness.router
+    msg = _message(3_000_000)
+    _send(harness, msg)
+    _commit(b)
+    c, r = _stuck_consumer(harness, credit=0)
+    r.drain(5)  # "send what you have, then use up my credit"
+    harness.pump()
+    [bl] = [x for x in c.router_engine.app.links.values() if not x.incoming]
+    assert bl.streaming is not None and bl.drain_pending  # the queue is empty, the link is still sending
+    c.paused = False
+    harness.pump()
+    assert len(c.received(r)) == 1 and r.credit == 0 and not r.draining()
+
+
+def test_a_presettled_consumer_gets_a_large_message_settled_at_its_end(harness, tmp_path):
+    b = harness.router
+    msg = _message(BIG)
+    _send(harness, msg)
+    _commit(b)
+    c = harness.connect()
+    r = c.receiver("orders", credit=5, settled=True)
+    harness.pump()
+    got = c.received(r)
+    back = Message()
+    back.decode(got[0].data)
+    assert back.body == msg.body
+    _commit(b)
+    assert b.queues["orders"].message_count == 0 and _files(tmp_path) == []
