@@ -82,18 +82,16 @@ class Admission:
     def advertise(self, lo, address: str, *, large: bool = False) -> None:
         """A producer's link says how large a message may be (AMQP 1.0 §2.7.3 attach, max-message-size):
         the journal's record limit, or less when the address's limits are lower. With ``large`` (the
-        connection stores durable messages past a threshold in files of their own, broker.largemessage)
-        neither bounds every message: none is advertised (0), and a message that cannot be taken is refused
-        while it arrives (a non-durable one past the record limit or the address' limits)."""
-        if large:
-            lo.max_message_size = 0
-            return
-        largest = MAX_RECORD_BYTES
+        connection stores durable messages past a threshold in files of their own, broker.largemessage) the
+        record limit bounds only non-durable messages, so it is not advertised: the address's limits are, or
+        nothing (0) without them. (A durable message past the address's limits is taken as a large message,
+        its reference being what the limits count: more than advertised, which AMQP allows.)"""
+        largest = LARGE_MESSAGE_LIMIT if large else MAX_RECORD_BYTES
         if self.limits.active:
             bound = self.limits.largest_message(address)
             if 0 <= bound < largest:
                 largest = bound
-        lo.max_message_size = largest
+        lo.max_message_size = 0 if largest == LARGE_MESSAGE_LIMIT else largest
 
     # -- a message still arriving --------------------------------------------------------------------
     def arriving(self, bl: BrokerLink, d, held: int, first_chunk) -> tuple[str | None, str | None]:
