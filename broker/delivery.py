@@ -478,6 +478,8 @@ class DeliveryPath:
         consumers = self.consumers
         wake = self.wake
         send = raw.send_unique_tagged
+        rec = self.recorder
+        journal = self.storage.journal
         for q in dirty:
             if q.name not in queues:
                 continue  # deleted in this batch
@@ -489,12 +491,23 @@ class DeliveryPath:
                         bl.backlog = []
                     bl.backlog.append((q, token, msg, out))
                     continue
-                if out[-8:] == _LARGE_MAGIC and is_reference(out):
+                if out[-8:] == LARGE_MAGIC and is_reference(out):
                     self.large.start(bl, q, token, msg, out)
                     continue
                 d = send(bl.ptr, bl.seq, out, len(bl.unsettled))
                 bl.seq += 1
-                self.sent(bl, q, token, msg, d)
+                # what sent() does, inline: this loop runs per message
+                if rec is not None:
+                    self._record(rec, "deliver", msg.payload, address=info[q.name].address, link=bl.name)
+                if bl.presettled or (bl.demand is not None and bl.demand.async_send
+                                     and not read_header(msg.payload).durable):
+                    # a network bridge without alwaysSyncSend: a non-persistent message is not confirmed
+                    raw.delivery_settle(d)
+                    q.settle(token, ACCEPTED)
+                    if msg.record_id is not None and journal is not None:
+                        journal.append_ack(msg.record_id)
+                else:
+                    bl.unsettled[d] = token
                 wake.add(bl.engine)
             for cid, _n in q.take_drained().items():
                 bl = consumers.get(cid)
@@ -506,7 +519,8 @@ class DeliveryPath:
                     wake.add(bl.engine)
 
     def sent(self, bl: BrokerLink, q: Queue, token, msg: QueuedMessage, d) -> None:
-        """Delivery ``d`` of ``msg`` (handed out by ``q`` as ``token``) is sent in full on ``bl``."""
+        """Delivery ``d`` of ``msg`` (handed out by ``q`` as ``token``) is sent in full on ``bl`` (a large
+        message, or one that waited behind it; :meth:`dispatch` does the same inline)."""
         rec = self.recorder
         if rec is not None:
             self._record(rec, "deliver", msg.payload, address=self.addressing.queue_info[q.name].address,
@@ -581,9 +595,6 @@ class DeliveryPath:
                 q.enqueue(reply_msg)
                 self.dirty.add(q)
         self.answer(bl, d)
-
-
-_LARGE_MAGIC = LARGE_MAGIC
 
 
 def _first_bytes(engine, d) -> bytes | None:
