@@ -68,10 +68,8 @@ class Admission:
         """(bytes, why) of the largest message a link can ever have stored: the journal's record limit (not
         for a ``large`` message, which has a file of its own: broker.largemessage), its address's
         max-size-bytes and global-max-size (see AddressLimits.largest_message)."""
-        if large:
-            # Only its reference (the head) is held in memory, which is what the address limits bound.
-            return LARGE_MESSAGE_LIMIT, "the largest large message"
-        largest, why = MAX_RECORD_BYTES, "the journal's record limit"
+        largest, why = (LARGE_MESSAGE_LIMIT, "the largest large message") if large else \
+            (MAX_RECORD_BYTES, "the journal's record limit")
         if self.limits.active and bl.mode != BrokerLink.MANAGEMENT:
             address, _queues = self.scope(bl)
             bound = self.limits.largest_message(address)
@@ -84,8 +82,7 @@ class Admission:
         the journal's record limit, or less when the address's limits are lower. With ``large`` (the
         connection stores durable messages past a threshold in files of their own, broker.largemessage) the
         record limit bounds only non-durable messages, so it is not advertised: the address's limits are, or
-        nothing (0) without them. (A durable message past the address's limits is taken as a large message,
-        its reference being what the limits count: more than advertised, which AMQP allows.)"""
+        nothing (0) without them."""
         largest = LARGE_MESSAGE_LIMIT if large else MAX_RECORD_BYTES
         if self.limits.active:
             bound = self.limits.largest_message(address)
@@ -123,8 +120,8 @@ class Admission:
         a.next_check = held + PARTIAL_CHECK_BYTES
         if not large and a.durable and self.storage.large is not None and \
                 bl.engine.app.min_large_message_size >= 0 and bl.mode != BrokerLink.MANAGEMENT:
-            # It becomes a large message if it reaches the threshold (wire's STREAM, broker.largestream); one
-            # that ends below it is held whole and checked against the address' limits once complete.
+            # It becomes a large message if it reaches the threshold (wire's STREAM, broker.largestream): the
+            # journal's record limit does not bound it (the address' limits and the disk space do).
             large = True
         largest, what = self.largest_message(bl, large=large)
         address, queues = self.scope(bl) if bl.mode != BrokerLink.MANAGEMENT else ("", [])

@@ -376,7 +376,7 @@ class DeliveryPath:
             if max(len(payload), large_size) > largest:
                 self.refuse(bl, d, f"message larger than {largest} bytes ({what})")
                 return
-            verdict = self.limits.verdict(address, targets, len(payload))
+            verdict = self.limits.verdict(address, targets, max(len(payload), large_size))
             if verdict == REJECT:
                 self.refuse(bl, d, f"Address is full: {address}")
                 return

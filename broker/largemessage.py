@@ -80,6 +80,14 @@ def reference_head(payload) -> bytes:
     return payload[:-FOOTER_BYTES]
 
 
+def stored_size(payload) -> int:
+    """The bytes a message stands for: its length, or for a reference the size of the message in its file
+    (what address limits and page files count, so that max-size-bytes bounds large messages too)."""
+    if payload[-8:] == MAGIC and is_reference(payload):
+        return _REF.unpack_from(payload, len(payload) - _REF.size)[1]
+    return len(payload)
+
+
 def split_reference(payload) -> tuple[bytes, bytes]:
     """(head, footer) of a reference, or (payload, b"") for any other message: a part that rewrites a
     message's head with a full decoder (proton) rewrites the head alone and appends the footer again."""

@@ -19,7 +19,7 @@ from typing import Callable
 import proton
 
 from broker.addressing import AddressModel
-from broker.largemessage import split_reference
+from broker.largemessage import split_reference, stored_size
 from broker.limits import AddressLimits
 from broker.queue import Queue, QueuedMessage
 from broker.storage import Storage
@@ -78,7 +78,7 @@ class Mover:
             msg.record_id = None
         target_address = info[target.name].address
         if storage.must_page(target) or (storage.pager is not None and self.limits.pages(target_address) and
-                                         self.limits.full(target_address, [target], len(payload)) and
+                                         self.limits.full(target_address, [target], stored_size(payload)) and
                                          storage.paging_refusal() is None):
             storage.page(target, moved, target_address)  # behind what the target already paged (FIFO)
         else:

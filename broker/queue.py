@@ -30,6 +30,7 @@ from itertools import count as _counter
 
 from sortedcontainers import SortedList
 
+from broker.largemessage import stored_size  # a large message counts its full size (broker.largemessage)
 from wire.header import absolute_expiry_time  # expires_at() without its second read_header (hot path)
 from wire.header import DEFAULT_PRIORITY, read_header, set_delivery_count  # AMQP §3.2.1: 4
 
@@ -361,7 +362,7 @@ class Queue:
         return msg
 
     def _gone(self, msg: QueuedMessage) -> None:
-        n = len(msg.payload)
+        n = stored_size(msg.payload)
         self.size_bytes -= n
         if self._meter is not None:
             self._meter.total -= n
@@ -388,7 +389,7 @@ class Queue:
             raise ValueError("message already belongs to a queue")
         msg.seq = next(self._seq)
         self.messages_added += 1
-        n = len(msg.payload)
+        n = stored_size(msg.payload)
         self.size_bytes += n
         if self._meter is not None:
             self._meter.total += n

@@ -31,7 +31,7 @@ from broker.addressing import AddressModel
 from broker.disk import DiskMonitor, filesystem_usage
 from broker.journal import Journal
 from broker.journal_io import GroupCommitter
-from broker.largemessage import LargeMessageStore, is_reference
+from broker.largemessage import LargeMessageStore, is_reference, stored_size
 from broker.limits import AddressLimits
 from broker.paging import FROM_HEADER, KIND_BODY, KIND_JOURNAL, NO_EXPIRY, PagedMessage, Pager
 from broker.queue import Queue, QueuedMessage
@@ -252,7 +252,7 @@ class Storage:
         """Write ``msg`` (not enqueued) to ``q``'s page files instead of memory."""
         entry = PagedMessage(KIND_BODY if msg.record_id is None else KIND_JOURNAL, msg.record_id or 0,
                              msg.enqueued_at, NO_EXPIRY if msg.expires_at is None else msg.expires_at,
-                             msg.delivery_count, len(msg.payload), msg.payload)
+                             msg.delivery_count, stored_size(msg.payload), msg.payload)
         self.pager.page(q.name, entry, page_size=self._page_size(address))
         self.limits.counted_page(address)
 
