@@ -521,3 +521,57 @@ def test_a_presettled_consumer_gets_a_large_message_settled_at_its_end(harness, 
     assert back.body == msg.body
     _commit(b)
     assert b.queues["orders"].message_count == 0 and _files(tmp_path) == []
+
+
+MIRROR_XML = """\
+<configuration xmlns="urn:activemq"><core xmlns="urn:activemq:core">
+  <name>{name}</name>
+  <persistence-enabled>true</persistence-enabled>
+  <journal-directory>{journal}</journal-directory>
+  <addresses><address name="orders"><anycast><queue name="orders"/></anycast></address></addresses>
+  {connections}
+</core></configuration>
+"""
+
+
+def test_a_mirror_gets_a_large_message_whole(tmp_path):
+    """A <mirror> sends a large message whole inside its event (events are not streamed); the replica,
+    whose mirror target assembles what it receives, stores it whole."""
+    from broker.config import parse_broker_config
+    from broker.server import Broker
+    from tests.unit.enginepair import Pipe, pump
+
+    def make(name, connections=""):
+        b = Broker(parse_broker_config(MIRROR_XML.format(name=name, journal=tmp_path / name / "journal",
+                                                         connections=connections)))
+        b.open_journal()
+        return b
+
+    a = make("a", '<broker-connections><amqp-connection uri="tcp://127.0.0.1:1" name="m" auto-start="false">'
+                  '<mirror/></amqp-connection></broker-connections>')
+    replica = make("b")
+    link = Pipe(a.bridges["m"].make_engine("test"), replica.new_engine(replica.connection_settings(), server=True))
+    peer = Peer()
+    pipe = Pipe(peer, a.new_engine(a.connection_settings(), server=True))
+    pipes = [link, pipe]
+
+    def settle_all():
+        for _ in range(8):
+            pump(*pipes)
+            for b in (a, replica):
+                _commit(b)
+        pump(*pipes)
+
+    settle_all()
+    snd = peer.sender("orders")
+    pump(*pipes)
+    msg = _message(BIG, id="mirrored")
+    peer.send(snd, msg)
+    settle_all()
+    assert len(os.listdir(tmp_path / "a" / "large-messages")) == 1
+    [copy] = replica.queues["orders"].ready()
+    back = Message()
+    back.decode(copy.payload)
+    assert back.body == msg.body and back.id == "mirrored"
+    a.close_journal()
+    replica.close_journal()
