@@ -71,12 +71,20 @@ def element_line(cfg: BrokerConfig, name: str) -> int:
 
 
 def storage_failure(cfg: BrokerConfig, exc: OSError) -> LocatedError:
-    """A journal, bindings or page file the OS refused, at the directory element it lives under."""
+    """A journal, bindings, page or large message file the OS refused, at the directory element it lives
+    under (an absent element: its <core>)."""
     culprit = exc.filename or cfg.journal_directory
-    paging = os.path.abspath(cfg.paging_path)
-    under_paging = os.path.commonpath([os.path.abspath(culprit), paging]) == paging
-    element, directory = (("paging-directory", cfg.paging_path) if under_paging
-                          else ("journal-directory", cfg.journal_directory))
+
+    def under(path: str) -> bool:
+        top = os.path.abspath(path)
+        return os.path.commonpath([os.path.abspath(culprit), top]) == top
+
+    if under(cfg.paging_path):
+        element, directory = "paging-directory", cfg.paging_path
+    elif cfg.persistence_enabled and under(cfg.large_messages_path):
+        element, directory = "large-messages-directory", cfg.large_messages_path
+    else:
+        element, directory = "journal-directory", cfg.journal_directory
     what = directory if os.path.abspath(culprit) == os.path.abspath(directory) else f"{directory}: {culprit}"
     return LocatedError(cfg.path, element_line(cfg, element), f"<{element}> {what}: {exc.strerror or exc}")
 

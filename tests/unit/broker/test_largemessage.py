@@ -575,3 +575,17 @@ def test_a_mirror_gets_a_large_message_whole(tmp_path):
     assert back.body == msg.body and back.id == "mirrored"
     a.close_journal()
     replica.close_journal()
+
+
+def test_an_unusable_large_messages_directory_is_reported_at_its_element(tmp_path):
+    from broker.config import load_broker_config
+    from broker.daemon import storage_failure
+
+    conf = tmp_path / "broker.xml"
+    conf.write_text(MIRROR_XML.format(name="x", journal=tmp_path / "journal", connections="").replace(
+        "</core>", f"  <large-messages-directory>{tmp_path / 'lm'}</large-messages-directory>\n</core>"))
+    cfg = load_broker_config(str(conf))
+    assert cfg.large_messages_path == str(tmp_path / "lm")
+    err = storage_failure(cfg, PermissionError(13, "Permission denied", str(tmp_path / "lm")))
+    line = 1 + conf.read_text().splitlines().index(f"  <large-messages-directory>{tmp_path / 'lm'}</large-messages-directory>")
+    assert "<large-messages-directory>" in str(err) and f"broker.xml:{line}:" in str(err)
