@@ -160,6 +160,13 @@ class LargeMessageStore:
         self.next_id = max(top + 1, time.time_ns() // 1000)
         return missing
 
+    def file_size(self, file_id: int, default: int) -> int:
+        """The size of ``file_id``'s message (its file's), or ``default`` when it cannot be read."""
+        try:
+            return os.stat(self.path(file_id)).st_size
+        except OSError:
+            return default
+
     # -- the journal's reports (broker.journal.Journal.large) -------------------------------------------
     def referenced(self, file_id: int) -> None:
         """A journal record referring to ``file_id`` was appended."""

@@ -121,20 +121,24 @@ class Storage:
         limits = self.limits
         queues, info = self.addressing.queues, self.addressing.queue_info
         keep, paged = [], 0
+        large_refs = self.journal.large_refs
         for r in index:
             q = queues.get(r.queue) or self.addressing.add_queue(r.queue, r.queue, notify=False)
             address = info[q.name].address
+            # a large message counts its whole size, as it did when it arrived (Queue.size_bytes)
+            size = r.payload_size if r.record_id not in large_refs else \
+                self.large.file_size(large_refs[r.record_id], r.payload_size)
             page = self.pager is not None and (self.pager.paging(q.name) or (limits.pages(address) and (
-                (0 <= limits.global_max < total + r.payload_size) or
-                (0 <= limits.limit_of(address)[0] < address_bytes.get(address, 0) + r.payload_size))))
+                (0 <= limits.global_max < total + size) or
+                (0 <= limits.limit_of(address)[0] < address_bytes.get(address, 0) + size))))
             if page:
                 self.pager.page(q.name, PagedMessage(KIND_JOURNAL, r.record_id, now, FROM_HEADER,
-                                                     r.delivery_count, r.payload_size),
+                                                     r.delivery_count, size),
                                 page_size=self._page_size(address))
                 paged += 1
                 continue
-            address_bytes[address] = address_bytes.get(address, 0) + r.payload_size
-            total += r.payload_size
+            address_bytes[address] = address_bytes.get(address, 0) + size
+            total += size
             keep.append((q, r))
         for i in range(0, len(keep), RECOVERY_READ_GROUP):
             group = keep[i:i + RECOVERY_READ_GROUP]

@@ -589,3 +589,35 @@ def test_an_unusable_large_messages_directory_is_reported_at_its_element(tmp_pat
     err = storage_failure(cfg, PermissionError(13, "Permission denied", str(tmp_path / "lm")))
     line = 1 + conf.read_text().splitlines().index(f"  <large-messages-directory>{tmp_path / 'lm'}</large-messages-directory>")
     assert "<large-messages-directory>" in str(err) and f"broker.xml:{line}:" in str(err)
+
+
+async def test_recovery_counts_a_large_message_at_its_whole_size(tmp_path, nursery):
+    import trio
+
+    from broker.config import parse_broker_config
+    from broker.server import Broker
+
+    def make():
+        b = Broker(parse_broker_config(PAGING_XML.format(journal=tmp_path / "journal")))
+        b.open_journal()
+        return b
+
+    b = make()
+    await nursery.start(b.pager.run)
+    h = RouterHarness(router=b)
+    p = h.connect()
+    snd = p.sender("orders")
+    h.pump()
+    ds = [p.send(snd, _message(BIG + i)) for i in range(3)]
+    for _ in range(200):
+        h.pump()
+        _commit(b)
+        if all(outcome(d) and outcome(d)["state"] == "accepted" for d in ds):
+            break
+        await trio.sleep(0.01)
+    b.close_journal()
+    b2 = make()
+    q = b2.queues["orders"]
+    assert q.message_count == 1 and b2.pager.stats("orders")[0] == 2  # 1 MB max-size-bytes: one fits
+    assert q.size_bytes <= 1024 * 1024
+    b2.close_journal()
