@@ -1,7 +1,8 @@
 """A large durable message through a real tdbroker, across a restart, with bounded broker memory (issue 17).
 
 A 50 MB durable message is sent straight to the broker (no router), the broker is restarted, and the
-message is received intact. The broker streams it into ``large-messages/<id>.msg`` as it arrives and back
+message is received intact; and one through a router whose waypoint the broker serves as an Artemis
+``<peer>`` (the broker's own links to the router stream it the same way). The broker streams it into ``large-messages/<id>.msg`` as it arrives and back
 out of the file when it delivers it (broker/largestream.py), so its resident memory grows by far less than
 the message, both while storing it and while delivering it; the file goes once the message is consumed.
 """
@@ -14,7 +15,8 @@ import pathlib
 
 from proton import Message
 
-from tests.system.brokerharness import TIMEOUT, BrokerProcess, receive_messages, send_messages, wait_queue_empty
+from tests.system.brokerharness import (BROKER_XML as PEER_XML, TIMEOUT, WAYPOINT, BrokerProcess, receive_messages,
+                                        send_messages, wait_queue_empty)
 
 SIZE = 50 * 1000 * 1000
 # What the broker's RSS may grow by while it stores or delivers the message: well under its size (the
@@ -89,3 +91,27 @@ def test_a_50_mb_durable_message_is_stored_and_delivered_across_a_restart_with_b
     assert stored_growth < RSS_GROWTH_LIMIT, f"storing grew the broker's RSS by {stored_growth} bytes"
     assert delivered_growth < RSS_GROWTH_LIMIT, f"delivering grew the broker's RSS by {delivered_growth} bytes"
     print(f"broker RSS growth: storing {stored_growth / 2**20:.1f} MiB, delivering {delivered_growth / 2**20:.1f} MiB")
+
+
+def test_a_large_message_through_a_router_waypoint_is_stored_and_delivered_with_bounded_broker_memory(
+        router_factory, tmp_path):
+    router = router_factory(WAYPOINT)
+    conf = tmp_path / "broker.xml"
+    conf.write_text(PEER_XML.format(journal=tmp_path / "journal", router_port=router.ports["amqp"]))
+    body = _body()
+    broker = BrokerProcess(conf, tmp_path).start()
+    try:
+        pid = broker.proc.pid
+        before = _status(pid, "VmRSS")
+        send_messages(router.url, "queue", [Message(id="routed", body=body, durable=True)], timeout=TIMEOUT * 2)
+        stored_growth = _status(pid, "VmHWM") - before
+        assert len(os.listdir(tmp_path / "large-messages")) == 1
+        got = receive_messages(router.url, "queue", 1, timeout=TIMEOUT * 2)
+        delivered_growth = _status(pid, "VmHWM") - before
+        assert got[0].id == "routed" and got[0].body == body
+        wait_queue_empty(broker)
+        assert os.listdir(tmp_path / "large-messages") == []
+    finally:
+        assert broker.stop() == 0
+    assert stored_growth < RSS_GROWTH_LIMIT and delivered_growth < RSS_GROWTH_LIMIT, (stored_growth,
+                                                                                     delivered_growth)
