@@ -30,6 +30,7 @@ from itertools import count as _counter
 
 from sortedcontainers import SortedList
 
+from broker.largemessage import MAGIC as LARGE_MAGIC
 from broker.largemessage import stored_size  # a large message counts its full size (broker.largemessage)
 from wire.header import absolute_expiry_time  # expires_at() without its second read_header (hot path)
 from wire.header import DEFAULT_PRIORITY, read_header, set_delivery_count  # AMQP §3.2.1: 4
@@ -362,7 +363,8 @@ class Queue:
         return msg
 
     def _gone(self, msg: QueuedMessage) -> None:
-        n = stored_size(msg.payload)
+        p = msg.payload
+        n = len(p) if p[-8:] != LARGE_MAGIC else stored_size(p)
         self.size_bytes -= n
         if self._meter is not None:
             self._meter.total -= n
@@ -389,7 +391,8 @@ class Queue:
             raise ValueError("message already belongs to a queue")
         msg.seq = next(self._seq)
         self.messages_added += 1
-        n = stored_size(msg.payload)
+        p = msg.payload
+        n = len(p) if p[-8:] != LARGE_MAGIC else stored_size(p)
         self.size_bytes += n
         if self._meter is not None:
             self._meter.total += n
