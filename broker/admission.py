@@ -18,6 +18,7 @@ its FAIL address full, it would page and page files cannot be written) is checke
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from broker.addressing import AddressModel
 from broker.journal_io import MAX_RECORD_BYTES
@@ -56,6 +57,9 @@ class Admission:
         self.addressing = addressing
         self.storage = storage
         self.limits = limits
+        # bl -> whether a durable message on it becomes a large message once past the threshold (the
+        # delivery path says: broker.largestream); then the journal's record limit does not bound it
+        self.may_stream: Callable[[BrokerLink], bool] = lambda bl: False
 
     def scope(self, bl: BrokerLink) -> tuple[str, list]:
         """(address, queues) a receiving link stores into."""
@@ -118,8 +122,7 @@ class Admission:
         it may grow to); sets that size and the next check. ``large``: the message streams into a file of
         its own (broker.largestream), so the journal's record limit does not bound it."""
         a.next_check = held + PARTIAL_CHECK_BYTES
-        if not large and a.durable and self.storage.large is not None and \
-                bl.engine.app.min_large_message_size >= 0 and bl.mode != BrokerLink.MANAGEMENT:
+        if not large and a.durable and self.may_stream(bl):
             # It becomes a large message if it reaches the threshold (wire's STREAM, broker.largestream): the
             # journal's record limit does not bound it (the address' limits and the disk space do).
             large = True

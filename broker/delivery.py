@@ -76,6 +76,7 @@ class DeliveryPath:
         self.dirty: set[Queue] = set()  # queues with something to hand out (or drained consumers)
         self.wake: set = set()  # engines with frames to send
         self.large = LargeStreams(self)  # large messages into and out of their files (broker.largestream)
+        admission.may_stream = self.large.may_stream
 
     # -- binding links --------------------------------------------------------------------------------
     def register(self, engine, link, bl: BrokerLink) -> BrokerLink:

@@ -89,13 +89,7 @@ class LargeStreams:
         """Stream this message still arriving into a file? Yes when large messages are on (persistence
         enabled, the connection's threshold not -1), it has reached the threshold, and its header says
         durable (a non-durable message is assembled in memory as before), on a link the path owns itself."""
-        threshold = engine.app.min_large_message_size
-        if threshold < 0 or held < threshold or self.store is None or bl.mode is not None and \
-                bl.mode != bl.FANOUT:
-            return False
-        if bl.owner is not self.path:
-            # A link another part owns and delegates to the path (a federation receiver counts hops and
-            # applies its transformer, a mirror target applies events): its messages arrive whole, as before.
+        if held < engine.app.min_large_message_size or not self.may_stream(bl):
             return False
         a = bl.arriving
         if a is not None and a.delivery == d:
@@ -105,6 +99,15 @@ class LargeStreams:
             return bool(first) and read_header(first).durable
         except Exception:  # a malformed header: assembled whole and rejected then
             return False
+
+    def may_stream(self, bl) -> bool:
+        """Whether a durable message on producer link ``bl`` becomes a large message once it reaches the
+        connection's threshold: large messages are on (persistence enabled, the threshold not -1) and the
+        link is one the path owns itself, into a queue or an address (not $management; not a link another
+        part owns and delegates to the path -- a federation receiver counts hops and applies its
+        transformer, a mirror target applies events: their messages arrive whole, as before)."""
+        return self.store is not None and bl.engine.app.min_large_message_size >= 0 and \
+            bl.owner is self.path and (bl.mode is None or bl.mode == bl.FANOUT)
 
     def chunk(self, engine, bl, d, data: bytes, end: int) -> None:
         """wire's ``on_chunk``: bytes of a message being streamed into its file."""
