@@ -28,6 +28,7 @@ connection is one descriptor in this process and one in the router's.
 
 from __future__ import annotations
 
+import collections
 import os
 import resource
 import shutil
@@ -297,6 +298,53 @@ def _stop_profile(spy: subprocess.Popen) -> None:
         spy.wait()
 
 
+def profile_top(path: str, count: int = 10) -> dict:
+    """The entries of one ``--profile`` file (py-spy's raw format: one ``frame;frame;... samples`` line per
+    stack) that hold the most samples: ``self`` (the innermost frame, where the time went) and
+    ``inclusive`` (any frame of the stack, the interpreter's and the daemon's start-up frames left out),
+    each a list of (percent of the samples, "function (file)"), and the number of ``samples``."""
+    selfc: collections.Counter = collections.Counter()
+    inclusive: collections.Counter = collections.Counter()
+    total = 0
+    with open(path) as f:
+        for line in f:
+            stack, _, n = line.rstrip("\n").rpartition(" ")
+            if not stack:
+                continue
+            samples = int(n)
+            total += samples
+            frames = [_frame_name(fr) for fr in stack.split(";")]
+            selfc[frames[-1]] += samples
+            for fr in set(frames):
+                if not fr.startswith(_PROFILE_FRAMES_LEFT_OUT):
+                    inclusive[fr] += samples
+
+    def top(counter) -> list:
+        return [(round(100 * c / total, 1), fr) for fr, c in counter.most_common(count)] if total else []
+
+    return {"samples": total, "self": top(selfc), "inclusive": top(inclusive)}
+
+
+# Frames every sample has (the interpreter's start, click, the daemon's main and Trio's run loop).
+_PROFILE_FRAMES_LEFT_OUT = ("_run_module_as_main ", "_run_code ", "<module> ", "Command.", "Context.invoke ",
+                            "main ", "run (trio", "unrolled_run ")
+
+
+def _frame_name(frame: str) -> str:
+    """py-spy's "function (file:line)" without the line, so that one function's lines count together."""
+    head, sep, tail = frame.rpartition(":")
+    return f"{head})" if sep and tail.endswith(")") and tail[:-1].isdigit() else frame
+
+
+def format_profile_top(path: str, count: int = 10) -> str:
+    top = profile_top(path, count)
+    lines = [f"{path}: {top['samples']} samples"]
+    for kind in ("self", "inclusive"):
+        lines.append(f"  {kind}:")
+        lines += [f"    {pct:5.1f}%  {frame}" for pct, frame in top[kind]]
+    return "\n".join(lines)
+
+
 def run_scale(*, connections: int = DEFAULT_CONNECTIONS, links_per_connection: int = DEFAULT_LINKS_PER_CONNECTION,
               rounds: int = 1, messages: int = LOAD_MESSAGES, router: str | None = None,
               router_pid: int | None = None, profile: str | None = None,
@@ -379,3 +427,9 @@ def format_scale(rep: dict) -> str:
     for p in rep["problems"]:
         lines.append(f"FAILED: {p}")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    # python -m tools.benchscale FILE...: the top entries of --profile files (the README's "py-spy top").
+    for arg in sys.argv[1:]:
+        print(format_profile_top(arg))
