@@ -57,6 +57,7 @@ from router.mesh import protocol as P
 from router.meshforward import DISTRIBUTION_HINT, MeshForwarding
 from router.policing import Policing
 from router.policy import Policy
+from router.streams import Streams
 
 log = logging.getLogger("router.core")
 
@@ -116,6 +117,9 @@ class Router(ConnectionHandler):
         self.flow_hooks = FlowHooks(router_id, flow_recorder) if flow_recorder is not None else None
         self.forwarder = Forwarder(addresses=self.addresses, parser=self.parser, address_config=self.address_config,
                                    budget=self.budget, clock=self.clock, links=self, flow=self.flow_hooks)
+        # Large messages stream through frame by frame (router/streams.py).
+        self.streams = Streams(self.forwarder, self.assembly)
+        self.forwarder.use_streams(self.streams)
         self.policing = Policing(self.policy, self.forwarder)  # applies it to engines (router/policing.py)
         self.mesh = None  # router.mesh.engine.RoutingEngine in interior mode
         self.edge: EdgeUplink | None = None  # in edge mode
@@ -185,6 +189,9 @@ class Router(ConnectionHandler):
         """Time-driven work (auto-link retries, stalled deliveries, the routing protocol). The daemon
         calls it every TICK_SECONDS."""
         self.forwarder.on_tick(now, self.connections)  # coarse clock, stuck deliveries, settle rates
+        if self.streams.held:  # a stream held off whose room came back unnoticed resumes here at worst
+            self.streams.recheck()
+            self.forwarder.on_batch_end()
         self.auto_links.tick(now)
         if self.assembly:
             self._abort_stalled(now)
@@ -264,6 +271,8 @@ class Router(ConnectionHandler):
     def on_output_drained(self, engine) -> None:
         forwarder = self.forwarder
         forwarder.output_room(engine.app)
+        if self.streams.held:
+            self.streams.recheck()
         forwarder.on_batch_end()
 
     # -- cold events -----------------------------------------------------------------------------

@@ -339,5 +339,8 @@ class EdgeUplink:
     def on_partial(self, engine, rl: RouterLink, d, held: int) -> int:
         return self.forwarder.on_partial(engine, rl, d, held)
 
+    def on_chunk(self, engine, rl: RouterLink, d, chunk: bytes, end: int) -> None:
+        self.forwarder.on_chunk(engine, rl, d, chunk, end)
+
     def on_oversized(self, engine, rl: RouterLink, d, limit: int) -> None:
         self.forwarder.on_oversized(engine, rl, d, limit)

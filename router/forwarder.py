@@ -66,11 +66,12 @@ from typing import Callable, Protocol
 
 from wire import raw
 from wire.annotations import ROUTER_PREFIX, strip_router_annotations
-from wire.assembly import KEEP
+from wire.assembly import KEEP, STREAM
 from wire.codec import CodecError, message_to
 from router.addresses import CLOSEST, MULTICAST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
 from router.budget import BufferBudget
 from router.links import InDelivery, RouterLink
+from router.streams import INTER_ROUTER_SESSION_WINDOW
 
 log = logging.getLogger("router.core")
 
@@ -160,6 +161,7 @@ class Forwarder:
         self.links = links
         self.flow = flow
         self.special: SpecialPath | None = None
+        self.streams = None  # router/streams.py Streams, once use_streams is called
         # incoming delivery -> (outgoing link, outgoing delivery, InDelivery) for anycast outcomes that
         # reached the producer before either side settled; (None, None, InDelivery) for a multicast
         # outcome given to the producer unsettled (see _mcast_unsettled)
@@ -191,18 +193,35 @@ class Forwarder:
         wiring step after construction: the special path forwards through this forwarder in turn."""
         self.special = special
 
+    def use_streams(self, streams) -> None:
+        """Stream large messages through ``streams`` (router/streams.py)."""
+        self.streams = streams
+
     # -- LinkOwner: the engine's events of a RouterLink (wire/assembly.py) -------------------------------
     def on_partial(self, engine, rl: RouterLink, d, held: int) -> int:
         """Bytes of a multi-frame message arrived; the assembler has charged them to the budget's total
         (Router.on_held). They never pause their own connection (the message could not complete), but
-        past the router-wide limit the connections holding bytes are paused."""
+        past the router-wide limit the connections holding bytes are paused. A large one is streamed
+        (router/streams.py) once its head is in."""
+        streams = self.streams
+        if streams is not None and streams.wanted(rl, d, held):
+            return STREAM
         budget = self.budget
         if budget.total > budget.total_high:
             budget.over(rl.conn)
         return KEEP
 
+    def on_chunk(self, engine, rl: RouterLink, d, chunk: bytes, end: int) -> None:
+        """Bytes of a streamed message (router/streams.py)."""
+        self.streams.on_chunk(engine, rl, d, chunk, end)
+
     def on_oversized(self, engine, rl: RouterLink, d, limit: int) -> None:
         """The engine refused a message over maxMessageSize and closes the link: forget the link."""
+        streams = self.streams
+        if streams is not None and streams.by_delivery:
+            st = streams.by_delivery.get(d)
+            if st is not None:
+                streams.abort(st)
         rl.conn.links.pop(rl.ptr, None)
         self.links.unbind_link(rl)
         log.warning("connection %d: message larger than the %d-byte limit of this connection on link %s",
@@ -229,6 +248,22 @@ class Forwarder:
             rl.presettled += 1
         else:
             ind = InDelivery(d, rl, msg, self.coarse_now)
+        self._route(ind, rl, msg)
+
+    def arrive(self, engine, rl: RouterLink, d, head: bytes, stream) -> None:
+        """A large message begins to stream in (router/streams.py): route it by ``head``, its sections up
+        to the properties. A pre-settled one is settled by the stream when complete (settling an incoming
+        delivery still arriving would end it)."""
+        if _delivery_settled(d):
+            ind = InDelivery(None, rl, head)
+            rl.presettled += 1
+        else:
+            ind = InDelivery(d, rl, head, self.coarse_now)
+        ind.stream = stream
+        stream.ind = ind
+        self._route(ind, rl, head)
+
+    def _route(self, ind: InDelivery, rl: RouterLink, msg: bytes) -> None:
         rl.delivery_count += 1
         rl.outstanding += 1
         if self.flow is not None:
@@ -350,8 +385,10 @@ class Forwarder:
             rechecks, self._output_rechecks = self._output_rechecks, []
             for rc in rechecks:
                 self.output_room(rc)
-        dirty = self._dirty
-        if dirty:
+        # A link may become dirty while others are pumped (a streamed copy ends, router/streams.py): go on
+        # until none is left, so nothing waits for a batch end that may not come.
+        while self._dirty:
+            dirty = self._dirty
             self._dirty = []
             for ol in dirty:
                 ol.dirty = False
@@ -388,7 +425,7 @@ class Forwarder:
     def pump(self, ol: RouterLink) -> None:
         """Send queued deliveries on an outgoing link while it has credit."""
         q = ol.undelivered
-        if not q:
+        if not q or ol.streaming is not None:  # a streamed copy unfinished here goes first (in order)
             return
         ptr = ol.ptr
         credit = _link_credit(ptr)
@@ -413,12 +450,26 @@ class Forwarder:
         ring_ok = len(unsettled) + credit < raw.TAG_RING
         while credit > 0 and q and out_bytes < room:
             ind = q.popleft()
+            st = ind.stream
+            if st is not None and st.aborted:  # its producer aborted it: this copy goes nowhere
+                ind.copies -= 1
+                ind.buffered -= 1
+                if ind.buffered == 0:
+                    self.left_buffer(ind)
+                continue
             seq += 1
             body = ind.msg
             if mesh:
                 body = ind.mesh_msg
                 if body is None:  # a client connection that keeps annotations: made on first need
                     body = ind.mesh_msg = self.special.annotated(ind, ol.address, ind.msg)
+            if st is not None:
+                credit -= 1
+                if self._start_streamed(ol, ind, st, seq, body, ring_ok, presettled_out):
+                    sent += 1
+                if ol.streaming is not None:
+                    break  # unfinished: the link's next delivery waits for its end
+                continue
             if ring_ok:
                 od = _send_ring_tagged(ptr, seq, body)
             else:  # more unsettled than the tag ring holds: unique tags the slow way
@@ -450,6 +501,56 @@ class Forwarder:
         ol.delivery_count += sent
         ol.address.deliveries_egress += sent
         engine.wake()
+
+    def _start_streamed(self, ol: RouterLink, ind: InDelivery, st, seq: int, head: bytes, ring_ok: bool,
+                        presettled_out: bool) -> bool:
+        """Begin a streamed message's copy on ``ol`` (router/streams.py); True when it is already whole
+        (sent and counted now; an unfinished one counts when it ends: Streams calls copy_finished)."""
+        od, n = self.streams.start_copy(st, ol, seq, head, ring_ok)
+        ol.engine.out_pending += n
+        ol.conn.out_unsettled += n
+        if ind.flow is not None:
+            self.flow.egress(ol, ind)
+        if ind.ptr is None or presettled_out:
+            if st.complete:
+                _delivery_settle(od)
+                ind.copies -= 1
+                if ind.ptr is not None:
+                    self._copy_done(ind, ACCEPTED, None)
+        else:
+            ol.unsettled[od] = ind
+        ind.buffered -= 1
+        self.streams.copy_started(st)
+        if ind.buffered == 0:
+            self.left_buffer(ind)
+        return st.complete
+
+    def copy_finished(self, ol: RouterLink, od, ind: InDelivery) -> None:
+        """A streamed copy on ``ol`` got its last bytes: count it, settle it when it goes settled, and let
+        the link send what waits behind it (at the batch end)."""
+        ol.delivery_count += 1
+        if ol.address is not None:
+            ol.address.deliveries_egress += 1
+        if ind.ptr is None or ol.presettled_out:
+            _delivery_settle(od)
+            ind.copies -= 1
+            if ind.ptr is not None:
+                self._copy_done(ind, ACCEPTED, None)
+        ol.engine.wake()
+        if ol.undelivered and not ol.dirty:
+            ol.dirty = True
+            self._dirty.append(ol)
+
+    def copy_aborted(self, ol: RouterLink, od, ind: InDelivery) -> None:
+        """A streamed copy on ``ol`` was aborted (its producer aborted or left): it is settled and over."""
+        if ol.unsettled.pop(od, None) is not None or ind.ptr is None or ol.presettled_out:
+            ind.copies -= 1
+        if ind.remote_addr is not None:
+            self.remote_settled(ind)
+        ol.engine.wake()
+        if ol.undelivered and not ol.dirty:
+            ol.dirty = True
+            self._dirty.append(ol)
 
     def _output_limited(self, ol: RouterLink) -> None:
         """A pump on ``ol`` stopped at an output limit. The unsettled figure may only be an upper bound:
@@ -553,7 +654,10 @@ class Forwarder:
                     self.flow.settle(ind, ACCEPTED)
                 if not il.closed:
                     _delivery_update(in_ptr, ACCEPTED)
-                    _delivery_settle(in_ptr)
+                    if ind.stream is None:
+                        _delivery_settle(in_ptr)
+                    else:
+                        self._settle_streamed(ind, in_ptr)
                     il.engine.wake()
             return
         if state == ACCEPTED or state == RELEASED:
@@ -628,7 +732,9 @@ class Forwarder:
 
     def forget_producer(self, il: RouterLink) -> None:
         """An incoming link went away: outcomes it was given unsettled wait for a settlement that will not
-        come, and its delivery pointers may be reused, so they are forgotten."""
+        come, and its delivery pointers may be reused, so they are forgotten; its streams are aborted."""
+        if self.streams is not None:
+            self.streams.producer_gone(il)
         if self._mirrored:
             for in_ptr in [p for p, (_, _, ind) in self._mirrored.items() if ind.link is il]:
                 del self._mirrored[in_ptr]
@@ -691,8 +797,25 @@ class Forwarder:
             raw.set_modified(in_ptr, failed=True)
         else:
             _delivery_update(in_ptr, state)
-        _delivery_settle(in_ptr)
+        self._settle_in_ptr(ind, in_ptr)
         il.engine.wake()
+
+    def _settle_in_ptr(self, ind: InDelivery, in_ptr) -> None:
+        """Settle a delivery towards its producer (its outcome is set)."""
+        if ind.stream is None:
+            _delivery_settle(in_ptr)
+        else:
+            self._settle_streamed(ind, in_ptr)
+
+    @staticmethod
+    def _settle_streamed(ind: InDelivery, in_ptr) -> None:
+        """A streamed message still arriving has its outcome now (it went upstream unsettled) and is
+        settled when its producer has sent the rest (router/streams.py)."""
+        st = ind.stream
+        if st.unfinished:
+            st.settle_when_complete = True
+        else:
+            _delivery_settle(in_ptr)
 
     # -- delayed, stuck and rate (see the module docstring) -----------------------------------------------
     def _settled_in(self, ind: InDelivery) -> None:
@@ -817,7 +940,7 @@ class Forwarder:
                 raw.set_modified(in_ptr, failed=True)
             else:
                 _delivery_update(in_ptr, state)
-            _delivery_settle(in_ptr)
+            self._settle_in_ptr(ind, in_ptr)
             self._settled_in(ind)
             ind.link.engine.wake()
 
@@ -844,7 +967,7 @@ class Forwarder:
         ind.msg = None
         if in_ptr is not None and not ind.link.closed:
             raw.set_rejected(in_ptr, condition, description)
-            _delivery_settle(in_ptr)
+            self._settle_in_ptr(ind, in_ptr)
             self._settled_in(ind)
             ind.link.engine.wake()
         elif in_ptr is None:
@@ -863,6 +986,8 @@ class Forwarder:
         have been processed: modified with delivery-failed, so the producer may resend. The same holds
         for a link to a neighbour router that is lost.
         """
+        if ol.streaming is not None:
+            self.streams.copy_lost(ol)
         self.release_queued(ol)
         unsettled = ol.unsettled
         ol.unsettled = {}
@@ -910,7 +1035,11 @@ class Forwarder:
             del outstanding[conn]  # no reference kept to a connection that may go away
 
     def grant_initial_credit(self, il: RouterLink) -> None:
-        """Credit for a new incoming link: capacity now if it can go somewhere, else withheld."""
+        """Credit for a new incoming link: capacity now if it can go somewhere, else withheld. A data link
+        from a neighbour router gets a bounded session window first (router/streams.py: a held stream
+        stops its session, not the connection)."""
+        if il.inter_router:
+            raw.session_set_incoming_capacity(raw.link_session(il.ptr), INTER_ROUTER_SESSION_WINDOW)
         addr = il.address
         if addr is None or addr.has_destination:
             _link_flow(il.ptr, il.capacity)

@@ -78,6 +78,8 @@ class RouterLink:
         "settled", "delayed_1s", "delayed_10s", "stuck", "rate_samples",
         # since when an outgoing link has had no credit (the periodic scan; None: it has credit)
         "zero_credit_since",
+        # outgoing: the stream (router/streams.py) whose copy this link is sending, unfinished; None
+        "streaming",
     )
 
     def __init__(self, ptr, conn: RouterConnection, incoming: bool, address, capacity: int, name: str, owner):
@@ -132,6 +134,7 @@ class RouterLink:
         self.stuck = 0
         self.rate_samples = None  # deque of (time, settled so far), made by the first periodic scan
         self.zero_credit_since = None
+        self.streaming = None
 
     @property
     def backlog(self) -> int:
@@ -153,7 +156,7 @@ class InDelivery:
     """
 
     __slots__ = ("ptr", "link", "msg", "copies", "buffered", "outcome", "multicast", "ra", "mesh_msg", "flow",
-                 "size", "held", "remote_addr", "remote_conn", "arrived")
+                 "size", "held", "remote_addr", "remote_conn", "arrived", "stream")
 
     def __init__(self, ptr, link: RouterLink, msg: bytes, arrived: float = 0.0):
         self.ptr = ptr
@@ -181,3 +184,5 @@ class InDelivery:
         # settles or fails (Forwarder.remote_settled); None otherwise.
         self.remote_addr = None
         self.remote_conn = None
+        # A large message streamed through (router/streams.py): ``msg`` is then only its head.
+        self.stream = None

@@ -449,6 +449,10 @@ class MeshForwarding:
         return [(ol, cheapest[ol.conn]) for ol in remote if ol.conn in cheapest]
 
     def _to_handler(self, ind: InDelivery, addr: Address, handler) -> None:
+        if ind.stream is not None:  # a router-internal endpoint takes whole messages, never a large stream
+            self.forwarder.reject(ind, "amqp:resource-limit-exceeded",
+                                  f"message too large for router-internal endpoint {addr.name}")
+            return
         addr.deliveries_ingress += 1
         msg = ind.msg  # without router annotations (stripped at arrival from a client or a router)
         ind.msg = None

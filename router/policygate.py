@@ -35,6 +35,7 @@ class PolicyGate:
         self._targets: dict[str, bool] = {}
         # What needs no check goes straight to the forwarder (bound methods: no extra call per event).
         self.on_partial = forwarder.on_partial
+        self.on_chunk = forwarder.on_chunk  # a streamed message's head is checked by router/streams.py
         self.on_delivery_update = forwarder.on_delivery_update
         self.on_link_flow = forwarder.on_link_flow
 
