@@ -65,10 +65,9 @@ INTER_ROUTER_SESSION_WINDOW = 8 * 1024 * 1024
 
 def _watch_output(engine) -> None:
     """Be told (Router.on_output_drained) when ``engine``'s unwritten output is down to
-    STREAM_OUTPUT_LOW, as the forwarder is for its own output limit."""
-    if not engine.output_blocked or engine.output_resume_at > STREAM_OUTPUT_LOW:
-        engine.output_resume_at = STREAM_OUTPUT_LOW
-    engine.output_blocked = True
+    STREAM_OUTPUT_LOW (wire.connection: ``output_watch_at``)."""
+    if engine.output_watch_at < STREAM_OUTPUT_LOW:
+        engine.output_watch_at = STREAM_OUTPUT_LOW
 
 
 class Stream:

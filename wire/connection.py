@@ -121,7 +121,8 @@ class ConnectionHandler:
 
     def on_output_drained(self, conn: "EngineConnection") -> None:
         """``conn.output_blocked`` was set and the bytes queued for the socket fell to
-        ``conn.output_resume_at``: the application may send to this connection again."""
+        ``conn.output_resume_at`` (the application may send to this connection again), or they fell
+        to ``conn.output_watch_at``, which the application set to hear of it."""
 
 
 class EngineConnection:
@@ -191,6 +192,9 @@ class EngineConnection:
         self.out_pending = 0
         self.output_blocked = False
         self.output_resume_at = 0
+        # An application that only wants to hear when output falls to a mark, without stopping its
+        # sends (a streamed message waiting for its consumer's socket): on_output_drained once, at it.
+        self.output_watch_at = -1
         self.refusal: tuple[str, str] | None = None  # see refuse()
         self._heartbeat_due = False  # see send_heartbeat
         self._processing = False  # process() is draining events (see there)
@@ -279,7 +283,9 @@ class EngineConnection:
         """``n`` bytes of output left the engine for the socket."""
         pending = self.out_pending - n
         self.out_pending = pending if pending > 0 else 0
-        if self.output_blocked and self.out_pending <= self.output_resume_at and not self.failed:
+        if ((self.output_blocked and self.out_pending <= self.output_resume_at)
+                or self.out_pending <= self.output_watch_at) and not self.failed:
+            self.output_watch_at = -1
             try:
                 self.handler.on_output_drained(self)
             except Exception as exc:  # noqa: BLE001 - as in process(): this connection alone fails

@@ -98,7 +98,9 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection, *,
                 data = await stream.receive_some(READ_CHUNK)
                 if not data:
                     break
-                if len(data) <= FEED_SLICE:
+                if len(data) <= FEED_SLICE or engine.assembler.partials:
+                    # Whole: a small read, or a large message is arriving (its bytes would otherwise go
+                    # out in FEED_SLICE pieces, a socket write each, when the router streams it on).
                     engine.feed(data)
                     wakeup.set()
                     continue
