@@ -72,6 +72,8 @@ class RouterEntity(EntityAdapter):
         "deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "deliveriesIngressRouteContainer",
         "deliveriesEgressRouteContainer", "deliveriesRedirectedToFallback", "linksBlocked", "uptimeSeconds",
         "memoryUsage", "workerThreads", "defaultDistribution", "metadata",
+        # tdrouterd's own: large messages streamed through (router/streams.py)
+        "streamingDeliveries", "streamedDeliveries", "streamsAborted", "streamsHeldOff",
     )
 
     def rows(self) -> list[dict]:
@@ -121,6 +123,8 @@ class RouterEntity(EntityAdapter):
             "memoryUsage": vm_size(), "workerThreads": 1,
             "defaultDistribution": r.address_config.default_distribution,
             "metadata": cfg.get("metadata") if cfg is not None else None,
+            "streamingDeliveries": len(r.streams), "streamedDeliveries": r.streams.started,
+            "streamsAborted": r.streams.aborted, "streamsHeldOff": len(r.streams.held),
             **totals,
         }
         return [self.row(r.id, "1", values)]

@@ -1,0 +1,181 @@
+"""Large messages stream through real routers with bounded memory (issue 17, router/streams.py).
+
+A router that assembled a message before forwarding it grew by about the message's size (a 200 MB message
+cost +816 MB through one router and never crossed a 3-router line). Here messages larger than the memory
+bound pass through one router and through a line of three while every router's RSS growth stays under it,
+with independent clients: the bench's lean client for the huge one, proton's reactor for content checks,
+and a producer killed mid-message, whose stream must be aborted without harming what follows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from proton import Message
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+
+from tests.system.clients import Consumer, Producer
+from tests.system.test_dispatch_compat_routing import query
+from tests.system.meshharness import Mesh
+from tools.bench import run_bench
+
+pytestmark = pytest.mark.system
+
+HUGE = 150_000_000          # bytes: far over the bound, so an assembling router would fail the test
+RSS_BOUND_MB = 64           # issue 17's target for each router's growth
+TIMEOUT = 60
+
+
+@pytest.mark.parametrize("hops", [0, 2], ids=["one-router", "three-router-line"])
+def test_huge_message_crosses_with_bounded_router_memory(hops):
+    rep = run_bench(senders=1, receivers=1, messages=1, size=HUGE, window=1, hops=hops, direct=False,
+                    duration_limit=120.0, stall_seconds=60.0)
+    assert rep["ok"], rep["problems"]
+    x = rep["router"]
+    assert x["received"] == 1
+    growth = [m["growth"] for m in x["router_rss_mb"]]
+    assert len(growth) == hops + 1
+    assert max(growth) < RSS_BOUND_MB, growth
+
+
+class Checked(MessagingHandler):
+    """Send ``count`` messages of ``size`` random-ish bytes from one router, receive them on another,
+    compare digests; every outcome must come back accepted."""
+
+    def __init__(self, src: str, dst: str, address: str, size: int, count: int):
+        super().__init__(prefetch=10, auto_accept=True)
+        self.src, self.dst, self.address, self.count = src, dst, address, count
+        self.bodies = [hashlib.sha256(b"%d" % i).digest() * (size // 32) for i in range(count)]
+        self.sent = self.accepted = 0
+        self.digests: list = []
+        self.bad: list = []
+        self.done = threading.Event()
+        self.sender = None
+
+    def on_start(self, event):
+        rc = event.container.connect(self.dst)
+        event.container.create_receiver(rc, self.address)
+        self.sc = event.container.connect(self.src)
+
+    def on_link_opened(self, event):
+        if event.receiver is not None and self.sender is None:
+            self.sender = event.container.create_sender(self.sc, self.address)
+
+    def on_sendable(self, event):
+        while event.sender.credit > 0 and self.sent < self.count:
+            event.sender.send(Message(id=self.sent, body=self.bodies[self.sent]))
+            self.sent += 1
+
+    def on_message(self, event):
+        self.digests.append((event.message.id, hashlib.sha256(event.message.body).hexdigest()))
+
+    def on_accepted(self, event):
+        self.accepted += 1
+        if self.accepted == self.count:
+            self._finish(event)
+
+    def on_rejected(self, event):
+        self.bad.append("rejected")
+        self._finish(event)
+
+    def on_released(self, event):
+        self.bad.append("released or modified")
+        self._finish(event)
+
+    def _finish(self, event):
+        event.container.stop()
+        self.done.set()
+
+
+@pytest.fixture
+def line(tmp_path):
+    mesh = Mesh(tmp_path, None)
+    mesh.add("A")
+    mesh.add("B", connect={"A": 1})
+    mesh.add("C", connect={"B": 1})
+    yield mesh
+    mesh.stop_all()
+
+
+def test_streamed_messages_arrive_intact_across_a_line_with_reactor_clients(line):
+    line.wait_route("A", "C")
+    traffic = Checked(line.url("A"), line.url("C"), "stream.checked", 12_000_000, 3)
+    t = threading.Thread(target=Container(traffic).run, daemon=True)
+    t.start()
+    assert traffic.done.wait(TIMEOUT), f"accepted {traffic.accepted} of 3"
+    t.join(TIMEOUT)
+    assert traffic.bad == []
+    want = [(i, hashlib.sha256(b).hexdigest()) for i, b in enumerate(traffic.bodies)]
+    assert traffic.digests == want
+
+
+PRODUCER = textwrap.dedent("""
+    import sys
+    from proton import Message
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    class Half(MessagingHandler):
+        # Sends the first 40 MB of a 400 MB message and never the rest: a delivery left mid-way.
+        def on_start(self, event):
+            event.container.create_sender(sys.argv[1], sys.argv[2])
+        def on_sendable(self, event):
+            if getattr(self, "begun", False):
+                return
+            self.begun = True
+            data = Message(body=b"z" * 400_000_000).encode()
+            event.sender.delivery(b"half")
+            event.sender.send(data[:40_000_000])
+            print("sending", flush=True)
+
+    Container(Half()).run()
+""")
+
+
+def router_row(url: str) -> dict:
+    [row] = query(url, "org.apache.qpid.dispatch.router")
+    return row
+
+
+def wait_until(predicate, what: str, timeout: float = TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_producer_killed_mid_message_aborts_the_stream_and_the_line_carries_on(line):
+    line.wait_route("A", "C")
+    consumer = Consumer(line.url("C"), "stream.abort", credit=10).start()
+    consumer.wait_ready()
+    line.wait_route("A", "C")
+    proc = subprocess.Popen([sys.executable, "-c", PRODUCER, line.url("A"), "stream.abort"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "sending"
+        # Mid-way: every router of the line is streaming it (the last one to the consumer).
+        for rid in "ABC":
+            wait_until(lambda rid=rid: router_row(line.url(rid))["streamingDeliveries"] == 1,
+                       f"router {rid} to stream the message")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    for rid in "ABC":  # the producer's loss aborts the stream at A, the abort travels on to B and C
+        row = wait_until(lambda rid=rid: (r := router_row(line.url(rid)))["streamingDeliveries"] == 0 and r,
+                         f"router {rid} to end the stream")
+        assert row["streamsAborted"] == 1 and row["streamedDeliveries"] == 1
+    # Nothing of it reached the consumer as a message, and what follows goes through.
+    producer = Producer(line.url("A"), "stream.abort", count=1).start()
+    consumer.wait(count=1, timeout=TIMEOUT)
+    assert consumer.bodies == ["m0"]
+    producer.close()
