@@ -191,6 +191,8 @@ class Router(ConnectionHandler):
         self.forwarder.on_tick(now, self.connections)  # coarse clock, stuck deliveries, settle rates
         if self.streams.held:  # a stream held off whose room came back unnoticed resumes here at worst
             self.streams.recheck()
+        if self.link_router.streams.held:
+            self.link_router.streams.recheck()
             self.forwarder.on_batch_end()
         self.auto_links.tick(now)
         if self.assembly:
@@ -273,6 +275,8 @@ class Router(ConnectionHandler):
         forwarder.output_room(engine.app)
         if self.streams.held:
             self.streams.recheck()
+        if self.link_router.streams.held:
+            self.link_router.streams.recheck()
         forwarder.on_batch_end()
 
     # -- cold events -----------------------------------------------------------------------------

@@ -18,6 +18,9 @@ A coordinator no route covers is refused (:meth:`LinkRouter.refused_coordinator`
 coordinate transactions itself. Outcomes and delivery states beyond the four terminal ones (``declared``,
 §4.5.5; ``transactional-state``, §4.5.6) pass through with their contents, on dispositions and on transfers.
 
+Large deliveries (256 KiB and more, arriving in several frames) stream through frame by frame
+(router/routedstreams.py): the router never holds a whole large link-routed message.
+
 Routed links are kept out of the message router's link table, so the message hot path pays nothing
 for them: their engines hand their deliveries and flow here (:class:`LinkRouter` is their
 :class:`wire.assembly.LinkOwner`); :class:`router.core.Router` hands their attach and detach here.
@@ -38,8 +41,9 @@ from cproton_ffi import lib
 from router.links import next_link_id
 from router.patterns import PatternTable
 from wire import raw
-from wire.assembly import KEEP, MESSAGE_SIZE_EXCEEDED
+from wire.assembly import KEEP, MESSAGE_SIZE_EXCEEDED, STREAM
 from router.policy import UNAUTHORIZED_ACCESS
+from router.routedstreams import RoutedStreams
 
 log = logging.getLogger("router.linkroutes")
 
@@ -214,6 +218,8 @@ class LinkRouter:
         # survives disconnect is refused with qd:link-expiration instead of routed. The configuration file
         # cannot set False yet (router/schema.py NOT_IMPLEMENTED: the daemon does not pass it here).
         self.allow_resumable = True
+        # Large deliveries streamed through frame by frame (router/routedstreams.py).
+        self.streams = RoutedStreams(router.assembly)
         for i, e in enumerate(entities):
             self._insert(LinkRoute.from_entity(e, i))
 
@@ -416,11 +422,7 @@ class LinkRouter:
                 side.rc.engine.wake()
                 return
         out = raw.send_message(peer.ptr, raw.delivery_tag(d), msg)
-        peer.delivery_count += 1
-        if side.container:
-            self.deliveries_from_container += 1
-        elif peer.container:
-            self.deliveries_to_container += 1
+        self.count_passed(side, peer)
         if raw.delivery_remote_state(d):
             # A state on the transfer (AMQP 1.0 §2.7.5: a message sent in a transaction carries its
             # transactional-state, §4.5.6) goes on with it; proton writes it into the transfer frame.
@@ -437,7 +439,25 @@ class LinkRouter:
         self._sync_credit(side)
 
     def on_partial(self, engine, side: RoutedLink, d, held: int) -> int:
-        return KEEP  # forwarded whole (streaming frame by frame is a later step)
+        return STREAM if self.streams.wanted(side, held) else KEEP
+
+    def on_chunk(self, engine, side: RoutedLink, d, chunk: bytes, end: int) -> None:
+        """Bytes of a streamed delivery on the side where the router receives (router/routedstreams.py)."""
+        self.streams.on_chunk(engine, side, d, chunk, end, self)
+
+    def count_passed(self, side: RoutedLink, peer: RoutedLink) -> None:
+        """A delivery went from ``side`` to ``peer`` (counters; router/routedstreams.py calls it too)."""
+        peer.delivery_count += 1
+        if side.container:
+            self.deliveries_from_container += 1
+        elif peer.container:
+            self.deliveries_to_container += 1
+
+    copy_state = staticmethod(copy_state)  # for router/routedstreams.py
+
+    def sync_credit(self, side: RoutedLink) -> None:
+        """Credit between the pair after ``side`` changed (see _sync_credit)."""
+        self._sync_credit(side)
 
     def on_delivery_update(self, engine, side: RoutedLink, d) -> None:
         """An outcome or settlement on one side goes to the partner delivery on the other."""
@@ -451,6 +471,17 @@ class LinkRouter:
         if raw.delivery_settled(d):
             del side.deliveries[d]
             peer.deliveries.pop(partner, None)
+            st = self.streams.streaming(partner)
+            if st is not None:
+                # Settled by the receiver while the sender still streams it: stop sending, read and drop
+                # the rest, and settle the sender's delivery (its outcome is set) at its end.
+                self.streams.end(partner)
+                raw.delivery_abort(d)
+                self.streams.dropping[partner] = True
+                _count_outcome(side, state)
+                _count_outcome(peer, state)
+                peer.rc.engine.wake()
+                return
             raw.delivery_settle(partner)
             raw.delivery_settle(d)
             _count_outcome(side, state)
@@ -527,7 +558,10 @@ class LinkRouter:
         side = self.links.pop(link, None)
         if side is None:
             return False
+        self.streams.side_gone(side)
         peer = side.peer
+        if peer is not None:
+            self.streams.side_gone(peer)
         if peer is not None:
             self.links.pop(peer.ptr, None)
             peer.peer = None
@@ -539,7 +573,10 @@ class LinkRouter:
         for ptr, side in list(self.links.items()):
             if side.rc is rc:
                 self.links.pop(ptr, None)
+                self.streams.side_gone(side)
                 peer = side.peer
+                if peer is not None:
+                    self.streams.side_gone(peer)
                 if peer is not None:
                     self.links.pop(peer.ptr, None)
                     peer.peer = None

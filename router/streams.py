@@ -63,7 +63,7 @@ STREAM_OUTPUT_LOW = 512 * 1024
 INTER_ROUTER_SESSION_WINDOW = 8 * 1024 * 1024
 
 
-def _watch_output(engine) -> None:
+def watch_output(engine) -> None:
     """Be told (Router.on_output_drained) when ``engine``'s unwritten output is down to
     STREAM_OUTPUT_LOW (wire.connection: ``output_watch_at``)."""
     if engine.output_watch_at < STREAM_OUTPUT_LOW:
@@ -292,7 +292,7 @@ class Streams:
             engine = ol.engine
             if engine.out_pending > STREAM_OUTPUT_HIGH:
                 over = True
-                _watch_output(engine)
+                watch_output(engine)
         if not over:
             return
         st.held_off = True
@@ -308,7 +308,7 @@ class Streams:
             return
         for ol, _ in st.copies:
             if ol.engine.out_pending > STREAM_OUTPUT_LOW:
-                _watch_output(ol.engine)
+                watch_output(ol.engine)
                 return
         self._unhold(st)
         if st.unfinished and not st.rl.closed:

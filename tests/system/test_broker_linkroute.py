@@ -15,7 +15,7 @@ from tests.system.brokerharness import (
     AUTO_LINKS, LINK_ROUTES, REATTACH_DELAY, TIMEOUT, BrokerProcess, attach_when_routed, receive_all, send_all,
     wait_queue_empty,
 )
-from tests.system.clients import Consumer
+from tests.system.clients import Consumer, Producer
 from tests.system.harness import free_port
 
 pytestmark = pytest.mark.system
@@ -120,3 +120,32 @@ def test_auto_links_store_and_drain_through_the_broker(router_factory, tdbroker)
     router = router_factory(AUTO_LINKS.format(port=tdbroker.port, address="queue"))
     send_all(router.url, "queue", list(range(30)))
     assert receive_all(router.url, "queue", 30) == list(range(30))
+
+
+def test_large_durable_message_streams_through_a_link_route_to_the_broker_and_back(router_factory, tdbroker):
+    """Issue 17: a link-routed large message streams through the router (router/routedstreams.py) and the
+    broker keeps it as a large message: neither process grows by anything like the message."""
+    from proton import Message
+
+    from tools.benchprocs import process_memory_kb
+
+    broker = tdbroker()
+    router = router_factory(LINK_ROUTES.format(port=tdbroker.port))
+    body = bytes(range(256)) * (80_000_000 // 256)
+    rss_before = process_memory_kb(router.pid)[0]
+    p = attach_when_routed(lambda: Producer(router.url, "test.large", count=1,
+                                            message_fn=lambda i: Message(id=i, body=body, durable=True)))
+    try:
+        p.wait(TIMEOUT)
+        assert p.outcomes == {"accepted": 1}, p.outcomes
+    finally:
+        p.close()
+    c = attach_when_routed(lambda: Consumer(router.url, "test.large", count=1, credit=1))
+    try:
+        c.wait(TIMEOUT)
+        assert c.messages[0].body == body
+    finally:
+        c.close()
+    hwm_growth_mb = (process_memory_kb(router.pid)[1] - rss_before) / 1024
+    assert hwm_growth_mb < 40, f"router grew by {hwm_growth_mb:.0f} MiB for an 80 MB message"
+    assert broker.pid
