@@ -75,6 +75,10 @@ def _settings(router: Router, entity, *, server: bool, security: RouterSecurity 
         sasl_password=None if server else resolve_secret(a.get("saslPassword")),
         **sec,
     )
+    if a.get("openProperties"):
+        # Dispatch's openProperties: sent in this connection's OPEN (keys the router owns are refused by the
+        # configuration loader, router/schema.py RESERVED_OPEN_PROPERTIES).
+        settings.properties.update(a["openProperties"])
     if server and a.get("failoverUrls"):
         # Where a client may reconnect (Dispatch's listener failoverUrls, sent as its server.c sends them:
         # OPEN property failover-server-list, a list of maps with symbol keys).
@@ -215,6 +219,8 @@ async def run_router(cfg: RouterConfig, security: RouterSecurity | None = None, 
         budget=buffer_budget(cfg.router),
         policy=policy,
     )
+    # Dispatch's allowResumableLinkRoute (default yes): no refuses durable or expiring termini on link routes.
+    router.link_router.allow_resumable = cfg.router.get("allowResumableLinkRoute") is not False
     # The signal handler is installed before anything is announced, so a SIGTERM that follows the
     # ready line always means a graceful shutdown.
     try:

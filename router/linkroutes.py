@@ -215,8 +215,7 @@ class LinkRouter:
         self.deliveries_from_container = 0
         self.deliveries_to_container = 0
         # Dispatch's router allowResumableLinkRoute (default yes): when False, an attach whose terminus
-        # survives disconnect is refused with qd:link-expiration instead of routed. The configuration file
-        # cannot set False yet (router/schema.py NOT_IMPLEMENTED: the daemon does not pass it here).
+        # survives disconnect is refused with qd:link-expiration instead of routed (router/daemon.py sets it).
         self.allow_resumable = True
         # Large deliveries streamed through frame by frame (router/routedstreams.py).
         self.streams = RoutedStreams(router.assembly)

@@ -289,8 +289,9 @@ _ROUTER = _entity("router", "router", [
          doc="Directory of the Cyrus-style SASL configuration <saslConfigName>.conf (mech_list, sasldb_path "
              "naming a users file made with tdpasswd)."),
     Attr("saslConfigName", "string", "qdrouterd", doc="SASL configuration name (the file <name>.conf)."),
-    Attr("allowResumableLinkRoute", "boolean", True, status=REFUSED,
-         doc="Allow link routes for durable or expiring termini (only yes, the default: they are always routed)."),
+    Attr("allowResumableLinkRoute", "boolean", True,
+         doc="Route links with durable or expiring termini (no: such an attach is refused with "
+             "qd:link-expiration)."),
     Attr("timestampsInUTC", "boolean", False, doc="Log timestamps in UTC instead of local time."),
     Attr("timestampFormat", "string", doc="strftime format for log timestamps (default: 2026-11-25 02:41:07,907)."),
     Attr("metadata", "string", doc="Free text describing this router; not interpreted."),
@@ -348,8 +349,8 @@ def _connection_attrs(kind: str) -> list[Attr]:
              doc="Vhost policy for this listener's connections, whatever hostname their OPEN names."
              if kind == "listener" else "Policy vhost for this connection (outgoing connections are not "
              "policed: refused)."),
-        Attr("openProperties", "properties", status=REFUSED,
-             doc="JSON map sent as OPEN properties (refused unless empty: not sent yet)."),
+        Attr("openProperties", "properties",
+             doc="JSON map sent in the connection's OPEN properties (keys the router owns are refused)."),
     ]
 
 
@@ -597,20 +598,14 @@ _SESSION_FRAMES = ("sessions keep the AMQP engine's default incoming window",
                    "maxConnectionBufferedBytes the bytes one connection may have buffered")
 _MESSAGE_LOGGING = ("messages are not logged (a log line per message would cost every message)",
                     "remove it, or set it to none; a flowRecords section records every message's route for tdflow")
-_OPEN_PROPERTIES = ("the router does not send them in its OPEN yet", "remove it")
 _FALLBACK = ("the router has no fallback destinations", "remove it, or set it to no")
 
 #: (section, attribute) -> (values that are what tdrouterd does, why another is refused, what to do instead).
 NOT_IMPLEMENTED: dict[tuple[str, str], tuple[tuple, str, str]] = {
-    ("router", "allowResumableLinkRoute"): (
-        (True,), "link routes always pass durable and expiring termini through (Dispatch's default, yes)",
-        "remove it"),
     ("listener", "maxSessionFrames"): ((0,), *_SESSION_FRAMES),
     ("connector", "maxSessionFrames"): ((0,), *_SESSION_FRAMES),
     ("listener", "messageLoggingComponents"): (("none",), *_MESSAGE_LOGGING),
     ("connector", "messageLoggingComponents"): (("none",), *_MESSAGE_LOGGING),
-    ("listener", "openProperties"): (({},), *_OPEN_PROPERTIES),
-    ("connector", "openProperties"): (({},), *_OPEN_PROPERTIES),
     ("listener", "socketAddressFamily"): (
         (), "a listener listens on every address its host resolves to",
         "remove it and write host as an address of the family: 0.0.0.0 (IPv4) or :: (IPv6), or one interface's"),

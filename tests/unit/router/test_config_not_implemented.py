@@ -12,14 +12,11 @@ from router.config import ConfigError, parse_config, validate_entity
 
 #: (section, attribute as written, a value tdrouterd does not do). Legacy spellings are refused alike.
 REFUSED = [
-    ("router", "allowResumableLinkRoute", "no"),
     ("listener", "maxSessionFrames", "100"),
     ("connector", "maxSessionFrames", "1"),
     ("listener", "messageLoggingComponents", "all"),
     ("connector", "messageLoggingComponents", "message-id,to"),
     ("listener", "logMessage", "all"),
-    ("listener", "openProperties", '{"site": "east"}'),
-    ("connector", "openProperties", '{"site": "east"}'),
     ("listener", "socketAddressFamily", "IPv4"),
     ("listener", "protocolFamily", "IPv6"),
     ("connector", "protocolFamily", "IPv4"),
@@ -32,6 +29,8 @@ REFUSED = [
 #: (section, attribute, value) that are what tdrouterd does: accepted.
 ACCEPTED = [
     ("router", "allowResumableLinkRoute", "yes"),
+    ("router", "allowResumableLinkRoute", "no"),  # acted on: router/daemon.py -> LinkRouter.allow_resumable
+    ("connector", "openProperties", '{"site": "east"}'),  # sent in the connection's OPEN
     ("listener", "maxSessionFrames", "0"),
     ("connector", "maxSessionFrames", "0"),
     ("listener", "messageLoggingComponents", "none"),
@@ -99,12 +98,10 @@ def test_the_family_refusal_says_which_host_to_write():
         parse_config(text, "r.conf")
 
 
-def test_a_multi_line_open_properties_block_is_read_whole_then_refused_at_its_first_line():
-    """The JSON block (with a '#' inside a string, not a comment) is parsed before the refusal: a lexer that
-    cut it would report invalid JSON instead."""
+def test_a_multi_line_open_properties_block_is_read_whole():
+    """The JSON block (with a '#' inside a string, not a comment) is parsed whole: a lexer that cut it would
+    report invalid JSON instead."""
     text = ('connector {\n    port: 5672\n    openProperties: {\n        "site": "east # 1",\n'
             '        "weights": {"a": 1}\n    }\n}\n')
-    with pytest.raises(ConfigError) as info:
-        parse_config(text, "p.conf")
-    assert info.value.line == 3
-    assert "connector: openProperties is not implemented: the router does not send them" in str(info.value)
+    cfg = parse_config(text, "p.conf")
+    assert cfg.connectors[0].attrs["openProperties"] == {"site": "east # 1", "weights": {"a": 1}}

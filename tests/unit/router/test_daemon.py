@@ -84,3 +84,14 @@ def test_daemon_exits_2_with_file_and_line_for_an_unenforced_security_setting(tm
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert proc.stderr.startswith(f"{conf}:7: listener: requireSsl: yes needs an sslProfile"), proc.stderr
     assert "listening" not in proc.stdout
+
+
+def test_open_properties_go_into_the_connections_open():
+    from router.config import parse_config
+    from router.core import Router
+    from router.daemon import _settings
+
+    cfg = parse_config('router {\n    id: R\n}\nconnector {\n    name: c\n    port: 5672\n'
+                       '    openProperties: {"site": "east", "rack": 4}\n}\n', "r.conf")
+    settings, _ = _settings(Router("R"), cfg.connectors[0], server=False)
+    assert settings.properties["site"] == "east" and settings.properties["rack"] == 4
