@@ -365,6 +365,11 @@ def format_report(rep: dict) -> str:
 @click.option("--large", is_flag=True,
               help="Large messages: 5 kB-1 MB with a window of 100, and one 200 MB message through one router "
                    "and a line of three; router CPU per message and RSS (a router started per row).")
+@click.option("--huge-size", default=200_000_000, show_default=True, type=click.IntRange(1),
+              help="With --large: the size in bytes of the one huge message (e.g. 1000000000 for 1 GB).")
+@click.option("--store", is_flag=True,
+              help="With --large: instead of routers, one huge durable message stored in a tdbroker, the broker "
+                   "restarted, the message delivered; seconds and broker RSS for each half.")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1),
               help="With --large or --scale: run each row this many times, interleaved.")
 @click.option("--scale", is_flag=True,
@@ -383,7 +388,7 @@ def format_report(rep: dict) -> str:
                    "FILE[.ROUND].PHASE.")
 def main(senders, receivers, messages, size, presettled, window, address, router_config, router_url, router_pid,
          direct, as_json, duration_limit, brokered, rabbitmq, durable_only, records, network, mirror, hops,
-         large, rounds, scale, connections, links_per_connection, heartbeats, profile, security_opts) -> None:
+         large, huge_size, store, rounds, scale, connections, links_per_connection, heartbeats, profile, security_opts) -> None:
     """tdbench: measure one router hop (throughput, latency, CPU per message) against a direct run.
 
     TLS (an amqps:// --router or any --ssl-* option) and SASL (--sasl-*) apply to the connections to the
@@ -426,10 +431,14 @@ def main(senders, receivers, messages, size, presettled, window, address, router
     if large:
         if secured or brokered or network or mirror or hops or router_config or router_url:
             raise click.UsageError("--large starts its own routers: not with other run kinds or TLS/SASL")
-        from tools.benchlarge import format_large, run_large
+        from tools.benchlarge import format_broker_large, format_large, run_broker_large, run_large
 
+        if store:
+            rep = run_broker_large(huge_size)
+            click.echo(json.dumps(rep) if as_json else format_broker_large(rep))
+            sys.exit(0 if rep.get("intact", True) else 1)
         try:
-            rep = run_large(rounds=rounds)
+            rep = run_large(rounds=rounds, huge=huge_size)
         except BenchError as exc:
             click.echo(f"tdbench: {exc}", err=True)
             sys.exit(2)
