@@ -436,7 +436,7 @@ def main(senders, receivers, messages, size, presettled, window, address, router
         if store:
             rep = run_broker_large(huge_size)
             click.echo(json.dumps(rep) if as_json else format_broker_large(rep))
-            sys.exit(0 if rep.get("intact", True) else 1)
+            sys.exit(0 if rep["ok"] else 1)
         try:
             rep = run_large(rounds=rounds, huge=huge_size)
         except BenchError as exc:
