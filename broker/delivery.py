@@ -449,14 +449,28 @@ class DeliveryPath:
 
     def accept_durable(self, held: list[tuple]) -> None:
         """Settle ``accepted`` the deliveries whose records are now on disk."""
-        wake = set()
+        # Once per durable message: the credit each message earns back is summed per link and given in one
+        # pn_link_flow per link and sync (the same credit as one call per message, as give_credit would
+        # give it), unless address limits are on, where give_credit decides per message.
         accepted = raw.ACCEPTED
+        update, settle = raw.delivery_update, raw.delivery_settle
+        per_link: dict = {}
         for bl, d in held:
             if bl.closed:
                 continue
-            raw.delivery_update(d, accepted)
-            raw.delivery_settle(d)
-            self.give_credit(bl)
+            update(d, accepted)
+            settle(d)
+            per_link[bl] = per_link.get(bl, 0) + 1
+        limited = self.limits.active
+        wake = set()
+        for bl, n in per_link.items():
+            if bl.pulled:
+                pass  # its owner gives its credit (give_credit)
+            elif limited:
+                for _ in range(n):
+                    self.give_credit(bl)
+            else:
+                raw.link_flow(bl.ptr, n)
             wake.add(bl.engine)
         for engine in wake:
             engine.wake()

@@ -327,7 +327,8 @@ class Journal:
 
     def append_message(self, queue: str, payload: bytes, *, delivery_count: int = 0) -> int:
         """Buffer a message record and return its record id; durable only after the next :meth:`sync`."""
-        self._check()
+        if self._failure is not None or self._state != "open":
+            self._check()
         qb = queue.encode()
         if len(qb) > MAX_QUEUE_NAME_BYTES:
             raise ValueError(f"queue name longer than {MAX_QUEUE_NAME_BYTES} bytes")
@@ -336,8 +337,9 @@ class Journal:
         if MSG.size + len(qb) + len(payload) > MAX_RECORD_BYTES:
             raise ValueError(f"message record larger than {MAX_RECORD_BYTES} bytes")
         rid = self._next_id
-        self._next_id += 1
-        data = encode_message(rid, qb, bytes(payload), delivery_count)
+        self._next_id = rid + 1
+        # bytes(payload): a no-op for bytes; a bytearray or memoryview is copied once, as the record needs
+        data = encode_message(rid, qb, payload if type(payload) is bytes else bytes(payload), delivery_count)
         self._messages[rid] = _Live(len(data), delivery_count, delivery_count, queue)
         self._live_count += 1
         self._buffer.append((T_MESSAGE, rid, data))
@@ -357,8 +359,12 @@ class Journal:
 
     def append_ack(self, record_id: int) -> None:
         """Buffer the removal of a message (acknowledged, or moved elsewhere)."""
-        self._check()
-        self._live(record_id).acked = True
+        if self._failure is not None or self._state != "open":
+            self._check()
+        m = self._messages.get(record_id)
+        if m is None or m.acked:
+            raise KeyError(f"record {record_id} is not a live message")
+        m.acked = True
         self._live_count -= 1
         self._buffer.append((T_ACK, record_id, encode_ack(record_id)))
         if self.large_refs:
@@ -519,19 +525,30 @@ class Journal:
         for chunk in batch.chunks:
             if chunk.header is not None:
                 self._segments.append(Segment(chunk.seq, chunk.path, HEADER_BYTES))
+        # Once per record written (a durable message and its acknowledgement each have one): segments are
+        # looked up in a map built once per batch, not searched per record as _forget/_segment do.
         ids = []
+        messages = self._messages
+        by_seq = {s.seq: s for s in self._segments}
+        seg_seq, seg = None, None
         for (kind, rid, data), (seq, offset) in zip(batch.records, batch.placements):
-            seg = self._segment(seq)
+            if seq != seg_seq:
+                seg_seq, seg = seq, by_seq[seq]
             seg.size += len(data)
             if kind == T_MESSAGE:
-                m = self._messages[rid]
-                m.seq, m.offset = seq, offset
+                m = messages[rid]
+                m.seq = seq
+                m.offset = offset
                 seg.live_bytes += m.size
                 seg.live_count += 1
                 ids.append(rid)
             elif kind == T_ACK:
-                self._forget(rid)
-            elif (m := self._messages.get(rid)) is not None:
+                m = messages.pop(rid, None)  # _forget, inline (ACKs for compacted-away ids are ignored)
+                if m is not None and m.seq is not None:
+                    dead = by_seq[m.seq]
+                    dead.live_bytes -= m.size
+                    dead.live_count -= 1
+            elif (m := messages.get(rid)) is not None:
                 m.durable_count = decode(data[RECORD_HEADER_BYTES:])[2]
         self._durable_id = batch.next_id - 1
         self._syncs += 1
