@@ -200,3 +200,24 @@ def test_zero_credit_seconds_and_links_blocked_follow_the_consumers_credit():
     s.h.pump()
     s.advance(1.5)
     assert s.links()["out"]["zeroCreditSeconds"] == 0 and s.router_row()["linksBlocked"] == 0
+
+
+def test_the_periodic_scan_runs_less_often_on_a_router_with_many_links():
+    """Forwarder.on_tick visits every link: past SCAN_LINKS_PER_SECOND links it spaces its scans out."""
+    from types import SimpleNamespace
+
+    from router.forwarder import SCAN_LINKS_PER_SECOND
+    from router.core import Router
+
+    fw = Router("R").forwarder
+    many = [SimpleNamespace(links={i: object() for i in range(SCAN_LINKS_PER_SECOND * 3)})]
+    fw.on_tick(10.0, many)
+    assert fw.last_scan == 10.0
+    fw.on_tick(11.5, many)
+    assert fw.last_scan == 10.0  # every 3 s now
+    fw.on_tick(13.0, many)
+    assert fw.last_scan == 13.0
+    fw.on_tick(14.0, [])  # few links: every second again
+    fw.on_tick(16.1, [])
+    fw.on_tick(17.2, [])
+    assert fw.last_scan == 17.2
