@@ -1,6 +1,7 @@
 """``report.html`` as a user sees it: a real ``tdflow report`` over a brokered demo's records (a waypoint
 address at ~1 s) and a generated four-router mesh (addresses under 1 ms), rendered in headless Chromium
-(Debian's ``/usr/bin/chromium``; never a downloaded browser).
+(Debian's ``/usr/bin/chromium``; never a downloaded browser). The demo and the report are made once
+with test_tdflow_e2e.py's (tests/system/flowfixtures.py).
 
 The page must show the latency distribution, the path graph, the path share and the throughput plots, no
 table may widen the page (1024 px wide), and the audit tables must fit without scrolling. The results
@@ -17,11 +18,10 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
-from tests.system.harness import REPO_ROOT
+from tests.system.flowfixtures import BROKERED_COUNT, flow_run  # noqa: F401,F811
 
 CHROMIUM = "/usr/bin/chromium"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -65,22 +65,14 @@ window.addEventListener('load', function () {
 </script>"""
 
 
-def _run(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYSPARK_PYTHON=sys.executable)
-    out = subprocess.run([sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=timeout, env=env)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
-
-
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    base = tmp_path_factory.mktemp("flowreport")
-    demo, mesh, out = base / "demo", base / "mesh", base / "report"
-    _run("tools.demo", "brokered", "--count", "60", "--reject-every", "6", "--records", str(demo))
-    _run("tools.tdflow.cli", "generate", "--out", str(mesh), "--records", "4000", "--seed", "3")
-    _run("tools.tdflow.cli", "report", str(demo), str(mesh), "--out", str(out))
-    return {"out": out, "records": [demo, mesh]}
+def report(flow_run):
+    """``tdflow report`` over the brokered demo's records and the generated mesh (made once with the
+    end-to-end audit's, tests/system/flowfixtures.py)."""
+    run = flow_run["runs"]["report"]
+    assert run["returncode"] == 0, run["stdout"] + run["stderr"]
+    return {"out": pathlib.Path(flow_run["out"]),
+            "records": [pathlib.Path(flow_run["brokered"]), pathlib.Path(flow_run["mesh"])]}
 
 
 def _measure(page: pathlib.Path) -> dict:
@@ -145,5 +137,5 @@ def test_the_path_edges_count_every_step(report):
         steps.update(zip(path, path[1:]))
     edges = {(r["src"], r["dst"]): r["messages"] for r in pq.read_table(report["out"] / "path_edges").to_pylist()}
     assert edges == dict(steps)
-    assert edges[("Demo.Router", "demo-broker")] == edges[("demo-broker", "Demo.Router")] == 60
+    assert edges[("Demo.Router", "demo-broker")] == edges[("demo-broker", "Demo.Router")] == BROKERED_COUNT
     assert edges[("R.A", "R.B")] > 0 and edges[("R.B", "Broker.1")] > 0

@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from tests.system.flowfixtures import SPARK_TEST_CONF, TEST_JAVA_OPTIONS
 from tests.system.harness import REPO_ROOT
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -55,7 +56,9 @@ class SparkDaemon:
         env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP="127.0.0.1",
                    SPARK_LOG_DIR=str(workdir), SPARK_CONF_DIR=str(workdir / "conf"),
                    # The master's REST submission server takes the fixed port 6066; nothing here uses it.
-                   SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
+                   SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
+                   # The daemons' JVMs: C1 only and one GC thread (flowfixtures.py says why).
+                   SPARK_DAEMON_JAVA_OPTS=TEST_JAVA_OPTIONS)
         (workdir / "conf").mkdir(exist_ok=True)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), cls, *args], cwd=workdir,
@@ -114,12 +117,14 @@ def test_tdflow_report_runs_on_a_standalone_master_and_worker(standalone, tmp_pa
     assert gen.returncode == 0, gen.stderr
     truth = json.loads((tmp_path / "records.truth.json").read_text())
     started = time.monotonic()
-    # Two shuffle partitions: 600 records on one two-core worker (tdflow's cluster default is Spark's 200).
+    # SPARK_TEST_CONF: the driver's and the executor's JVMs compile with C1 only, one shuffle partition for
+    # 600 records (tdflow's cluster default is Spark's 200; flowfixtures.py); with the daemons' JVMs likewise
+    # the test took 35 s and 35 s of CPU instead of 74 s and 77 s (load average 6 on two cores).
     # spark.locality.wait=0: with one worker there is no better place for a task to wait for (Spark waits up
     # to 3 s per locality level by default); the report took 120 s without it, 90 s with it (one run each,
     # load average 8-10 on two cores).
     report = subprocess.run([sys.executable, "-m", "tools.tdflow.cli", "report", str(records), "--out", str(out),
-                             "--master", standalone["url"], "--conf", "spark.sql.shuffle.partitions=2",
+                             "--master", standalone["url"], *SPARK_TEST_CONF,
                              "--conf", "spark.executor.memory=512m", "--conf", "spark.locality.wait=0"],
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, env=env)
     took = time.monotonic() - started
