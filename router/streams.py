@@ -197,6 +197,9 @@ class Streams:
         n = len(chunk)
         if not n or st.dropping:
             return
+        if not st.copies and not st.ind.buffered:  # its destinations went before it started anywhere
+            self._drop(st)
+            return
         for ol, _ in st.copies:
             raw.send_more(ol.ptr, chunk)
             engine = ol.engine
@@ -304,6 +307,11 @@ class Streams:
             rl.engine.hold_reading()
 
     def _try_resume(self, st: Stream) -> None:
+        ind = st.ind
+        if ind is not None and ind.buffered == 0 and not st.copies:
+            # Every copy it waited for went (released with its link): nobody is left to feed.
+            self._drop(st)
+            return
         if st.kept_bytes > STREAM_RESUME_BYTES:
             return
         for ol, _ in st.copies:

@@ -8,7 +8,7 @@ from proton import Message
 
 from wire import raw
 from router.streams import STREAM_AFTER_BYTES, STREAM_HOLD_BYTES
-from tests.unit.enginepair import ACCEPTED, MODIFIED, RouterHarness, encode, pump
+from tests.unit.enginepair import ACCEPTED, MODIFIED, RELEASED, RouterHarness, encode, pump
 
 BIG = 3 * 1024 * 1024
 
@@ -173,3 +173,18 @@ def test_two_large_messages_back_to_back_keep_their_order():
     got = cons.received(rcv)
     assert [r.data for r in got[:2]] == [a, b] and got[2].body == "small"
     assert pump(*h.pipes) == 0
+
+
+def test_consumer_leaving_before_its_copy_started_lets_the_held_stream_go_on():
+    h, prod, cons, snd, rcv = setup(credit=0)
+    data = big_message(8 * 1024 * 1024)
+    d = prod.send(snd, data)
+    h.pump()
+    streams = h.router.streams
+    assert streams.held  # waiting for credit that never comes
+    h.drop(cons)  # its queued copy is released; the stream has nobody left
+    for _ in range(3):
+        h.router.tick(h.router.clock() + 1)
+        h.pump()
+    assert not streams.held and not streams and not prod.router_engine.read_paused
+    assert d.settled and d.remote_state == RELEASED
