@@ -186,8 +186,11 @@ class RoutedStreams:
             if st.side is side:
                 self.abort(d)
             elif st.peer is side:
+                held = st.held_off
                 self.end(d)  # the sender goes on; its bytes are dropped as they arrive (no partner)
                 self.dropping[d] = False
+                if held and not st.side.rc.engine.failed:
+                    self.assembler.resume(st.side.rc.engine, d)
 
     def recheck(self) -> None:
         """Output drained somewhere: resume the streams whose partner has room."""
