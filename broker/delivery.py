@@ -389,12 +389,15 @@ class DeliveryPath:
                          address)
             page_all = verdict == PAGED
         durable = msg.durable
-        if durable and journal is not None and any(info[q.name].durable for q in targets):
-            refusal = storage.durable_refusal()
-            if refusal is not None:
-                storage.messages_refused_disk += 1
-                self.refuse(bl, d, f"durable message refused: {refusal}")
-                return
+        if durable and journal is not None:
+            for q in targets:  # a loop, not any(<generator>): this runs once per durable message
+                if info[q.name].durable:
+                    refusal = storage.durable_refusal()
+                    if refusal is not None:
+                        storage.messages_refused_disk += 1
+                        self.refuse(bl, d, f"durable message refused: {refusal}")
+                        return
+                    break
         if page_all or (storage.pager is not None and any(storage.must_page(q) for q in targets)):
             refusal = storage.paging_refusal()
             if refusal is not None:

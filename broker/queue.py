@@ -148,7 +148,9 @@ class QueuedMessage:
                  enqueued_at: int = 0):
         self.record_id = record_id
         self.payload = payload
-        self.priority = min(max(int(priority), MIN_PRIORITY), MAX_PRIORITY)
+        # once per message: the clamp's three calls only for a priority outside 0..9 (or not an int)
+        self.priority = priority if type(priority) is int and MIN_PRIORITY <= priority <= MAX_PRIORITY \
+            else min(max(int(priority), MIN_PRIORITY), MAX_PRIORITY)
         self.expires_at = expires_at
         self.delivery_count = delivery_count
         self.durable = durable
