@@ -179,3 +179,32 @@ def test_producer_killed_mid_message_aborts_the_stream_and_the_line_carries_on(l
     consumer.wait(count=1, timeout=TIMEOUT)
     assert consumer.bodies == ["m0"]
     producer.close()
+
+
+EDGE_LISTENER = "listener {\n    name: edge\n    host: 127.0.0.1\n    port: 0\n    role: edge\n}"
+
+
+def test_streamed_messages_cross_edge_uplinks_both_ways(tmp_path):
+    """Edge E1 on interior A, edge E2 on interior B: a client of E1 to a client of E2 crosses an uplink, the
+    mesh and a downlink, every hop streaming (the uplinks' links are the edge's own link owner)."""
+    mesh = Mesh(tmp_path, None)
+    try:
+        mesh.add("A", sections=EDGE_LISTENER)
+        mesh.add("B", connect={"A": 1}, sections=EDGE_LISTENER)
+        for edge, interior in (("E1", "A"), ("E2", "B")):
+            port = mesh[interior].ports["edge"]
+            mesh.add(edge, listen=False, mode="edge",
+                     sections=f"connector {{\n    name: uplink\n    host: 127.0.0.1\n    port: {port}\n"
+                              "    role: edge\n    retryDelaySeconds: 0.2\n}")
+        mesh.wait_route("E1", "E2")
+        traffic = Checked(mesh.url("E1"), mesh.url("E2"), "stream.edge", 6_000_000, 2)
+        t = threading.Thread(target=Container(traffic).run, daemon=True)
+        t.start()
+        assert traffic.done.wait(TIMEOUT), f"accepted {traffic.accepted} of 2"
+        t.join(TIMEOUT)
+        assert traffic.bad == []
+        assert traffic.digests == [(i, hashlib.sha256(b).hexdigest()) for i, b in enumerate(traffic.bodies)]
+        for rid in ("E1", "A", "B", "E2"):
+            assert router_row(mesh.url(rid))["streamedDeliveries"] == 2, rid
+    finally:
+        mesh.stop_all()
