@@ -43,3 +43,15 @@ def test_rhea_across_two_hops_both_ways(line):
     got = rx.result()
     assert res["accepted"] == n, (res, res.stderr)
     assert got["received"] == n and got["ids"] == list(range(n))
+
+
+def test_rhea_large_messages_stream_across_two_hops(line):
+    """Issue 17: 3 MB messages from rhea stream through both routers (router/streams.py) and arrive whole."""
+    n = 4
+    rx = rhea_recv_start(line.url("C"), "mesh.rhea.large", n, timeout=TIMEOUT)
+    rx.wait_attached()
+    line.wait_route("A", "C")
+    res = rhea_send(line.url("A"), "mesh.rhea.large", n, size=3_000_000, timeout=TIMEOUT)
+    got = rx.result()
+    assert res["accepted"] == n and res.exit_code == 0, (res, res.stderr)
+    assert got["received"] == n and got["ids"] == list(range(n)) and got["bodies_ok"] is True
