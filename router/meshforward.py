@@ -52,6 +52,24 @@ _EMPTY_RA = RouterAnnotations()
 MAX_PRIORITY = P.DATA_LINK_PRIORITIES - 1
 
 
+def _router_section_at(msg: bytes) -> int:
+    """Where a message-annotations section encoded as a map8 starts when it is the first section or
+    follows a header encoded as list0 or list8 (what routers send on: the section is theirs), else -1.
+    The section's bytes are only looked up, never parsed here: unknown bytes take the full path."""
+    pos = 0
+    if msg[2:3] == b"\x70":  # a header first
+        code = msg[3:4]
+        if code == b"\x45":
+            pos = 4
+        elif code == b"\xc0" and len(msg) > 4:
+            pos = 5 + msg[4]
+        else:
+            return -1
+    if msg[pos:pos + 4] == b"\x00\x53\x72\xc1" and len(msg) > pos + 4 and msg[0:2] == b"\x00\x53":
+        return pos
+    return -1
+
+
 class Uplink(Protocol):
     """What mesh forwarding asks of an edge router's uplink (router/edge.py's EdgeUplink)."""
 
@@ -105,6 +123,12 @@ class MeshForwarding:
         # to-override, phase).
         self._ingress_sections: dict = {}
         self._transit_sections: dict = {}
+        # The same ingress sections by the key of the mobile address a producer's link is attached to
+        # (forward_special's shortcut for link-addressed producers: the key says both name and phase).
+        self._ingress_by_key: dict = {}
+        # Router-only sections that arrived in front of a message -> (their annotations, the routing key
+        # of their to-override): see _remember_arrival.
+        self._arrivals: dict = {}
 
     # -- router-internal endpoints ------------------------------------------------------------------
     def add_local_endpoint(self, name: str, handler) -> None:
@@ -139,6 +163,20 @@ class MeshForwarding:
         """A message from a neighbour router's data link: route by its annotations. ``ind.msg`` becomes
         the message without them (for local consumers); ``ind.ra`` keeps them for the next router."""
         link_addr = ind.link.address  # None on router data links (anonymous)
+        if link_addr is None and type(msg) is bytes:
+            pos = _router_section_at(msg)
+            if pos >= 0:  # the mesh's common form: a router-only section first (see _remember_arrival)
+                send = pos + 5 + msg[pos + 4]
+                known = self._arrivals.get(msg[pos:send])
+                if known is not None:
+                    ind.ra, key = known
+                    ind.msg = msg[:pos] + msg[send:] if pos else msg[send:]
+                    addr = self.addresses.get(key)
+                    if addr is None:
+                        self.forwarder.no_route(ind, None)
+                        return
+                    self.forward_special(ind, addr)
+                    return
         try:
             ra, stripped = split_router_annotations(msg, area_names=True)  # "0/A" -> "A", as Dispatch names
             if ra is None:
@@ -163,11 +201,30 @@ class MeshForwarding:
         elif ra is not None and ra.phase:
             addr = self.addresses.get(self.parser.key(to, ra.phase))
         else:
-            addr = self.addresses.get(self.parser.key_for_to(to))  # memoised: addresses repeat
+            key = self.parser.key_for_to(to)  # memoised: addresses repeat
+            addr = self.addresses.get(key)
+            if ra is not None and ra.section is not None and ra.to_override and self.edge is None:
+                self._remember_arrival(msg, ra, key)
         if addr is None:
             self.forwarder.no_route(ind, None)
             return
         self.forward_special(ind, addr)
+
+    def _remember_arrival(self, msg: bytes, ra: RouterAnnotations, key: str) -> None:
+        """Remember what a router-only section at the front of a message (or after its header) says and
+        the routing key of its ``x-opt-qd.to``: the next message with the same bytes there is routed
+        without a parse (the same section recurs for every message of an address and path; the key
+        depends on ``to`` alone; the address is looked up each time, as entries come and go). Only
+        sections without a phase, from a router (not an edge's uplink view)."""
+        section = ra.section
+        if ra.phase or type(msg) is not bytes:
+            return
+        pos = _router_section_at(msg)
+        if pos < 0 or not msg.startswith(section, pos):
+            return
+        if len(self._arrivals) >= SECTION_CACHE_LIMIT:
+            self._arrivals.clear()
+        self._arrivals[section] = (ra, key)
 
     def unaddressed(self, ind: InDelivery, to: str | None) -> None:
         """A message from an anonymous link whose ``to`` has no entry here: up the edge uplink when there
@@ -253,7 +310,14 @@ class MeshForwarding:
             self.deliveries_transit += to_routers
         if annotate:
             msg = ind.msg
-            ind.mesh_msg = self.annotated(ind, addr, msg)
+            out = None
+            if ra is None and ind.link.address is addr:
+                # Entering the mesh from a producer's link to this address: its section depends on the
+                # address alone (see annotated), so it is looked up by the address's key.
+                section = self._ingress_by_key.get(addr.key)
+                if section is not None:
+                    out = insert_router_section(msg, section)
+            ind.mesh_msg = out if out is not None else self.annotated(ind, addr, msg)
             if msg[2:3] == b"\x70":  # a header: its priority picks the data link (§4.2)
                 targets = self._by_priority(targets, msg)
         if len(targets) == 1:  # the common case, as Forwarder.forward queues one copy (no call per message)
@@ -301,6 +365,11 @@ class MeshForwarding:
             section = self._ingress_sections.get(key)
             if section is None:
                 section = self._cache_section(self._ingress_sections, key, to_override, phase, self.id, [self.id])
+            if link.address is addr and addr.key[0] == "M":  # else the link's target names the router
+                by_key = self._ingress_by_key
+                if len(by_key) >= SECTION_CACHE_LIMIT:
+                    by_key.clear()
+                by_key[addr.key] = section
         else:
             to_override = ra.to_override
             if phase is not None and to_override is None:

@@ -88,3 +88,35 @@ def test_producers_on_two_addresses_each_carry_their_own_to():
     assert [g.body for g in one] == ["m0", "m2"] and [g.body for g in two] == ["m1", "m3"]
     assert [_router_keys(g)["x-opt-qd.to"] for g in one] == ["one", "one"]
     assert [_router_keys(g)["x-opt-qd.to"] for g in two] == ["two", "two"]
+
+
+def test_a_remembered_arrival_section_still_routes_by_the_current_address_table():
+    """The receiving router remembers what a recurring router-only section says (its annotations and the
+    routing key of its to-override), not the address it led to: after the last consumer leaves (the
+    address entry goes) and another attaches, messages with the same section in front reach the new one."""
+    h = _line("A", "B")
+    cons = h.client("B")
+    rcv = cons.receiver("far", credit=20)
+    h.settle_topology(10)
+    prod = h.client("A")
+    snd = prod.sender("far")
+    h.pump()
+    for i in range(3):
+        prod.send(snd, Message(body=f"a{i}"))
+        h.pump()
+    got = cons.received(rcv)
+    assert [g.body for g in got] == ["a0", "a1", "a2"]
+    for g in got:
+        settle(g, ACCEPTED)
+    h.pump()
+    old = h.routers["B"].addresses.get("M0far")
+    rcv.close()
+    h.pump()
+    assert h.routers["B"].addresses.get("M0far") is not old
+    cons2 = h.client("B")
+    rcv2 = cons2.receiver("far", credit=20)
+    h.settle_topology(10)
+    for i in range(3):
+        prod.send(snd, Message(body=f"b{i}"))
+        h.pump()
+    assert [g.body for g in cons2.received(rcv2)] == ["b0", "b1", "b2"]
