@@ -352,18 +352,21 @@ def _parse_acceptors(ctx: Ctx, parent) -> list[Acceptor]:
 
 
 def _http_acceptor(ctx: Ctx, el, aname: str, host: str, port: int, protocols: tuple, params: dict) -> Acceptor:
-    """``protocols=HTTP``: the console, /metrics and /healthz (broker/httpserve.py, docs/console.md). Only
-    ``httpRootDir`` applies to it; any other parameter would be ignored, so it is refused."""
+    """``protocols=HTTP``: the console, /metrics and /healthz (broker/httpserve.py, docs/console.md).
+    ``httpRootDir`` and the TLS parameters an AMQP acceptor takes (``sslEnabled=true``, ``keyStorePath``
+    ...: HTTPS, read by the same :func:`uri_tls`) apply to it; any other parameter would be ignored, so it
+    is refused."""
     if protocols != (xs.HTTP_PROTOCOL,):
         raise ctx.error(el, f"acceptor {aname!r}: protocols={','.join(protocols)}: an HTTP acceptor serves HTTP "
                             "only; give protocols=HTTP alone, on a port of its own")
     root = params.pop("httpRootDir", None)
     if root is not None and not pathlib.Path(root).is_dir():
         raise ctx.error(el, f"acceptor {aname!r}: httpRootDir {root!r} is not a directory")
+    tls = uri_tls(ctx, el, f"acceptor {aname!r}", params, server=True)
     if params:
         raise ctx.error(el, f"acceptor {aname!r}: {', '.join(sorted(params))} not supported on an HTTP acceptor "
-                            "(only httpRootDir; TLS and connection limits apply to AMQP acceptors)")
-    return Acceptor(aname, host, port, protocols, {"httpRootDir": root} if root else {}, el.line)
+                            "(only httpRootDir and the TLS parameters; connection limits apply to AMQP acceptors)")
+    return Acceptor(aname, host, port, protocols, {"httpRootDir": root} if root else {}, el.line, tls=tls)
 
 
 def _int_param(ctx: Ctx, el, aname: str, params: dict, key: str, default: int, *, minimum: int) -> int:

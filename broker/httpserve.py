@@ -4,7 +4,10 @@
 Artemis serves its console from a separate embedded web server (``bootstrap.xml``'s ``<web>`` element,
 port 8161 by default); tdbroker has no second configuration file, so an acceptor whose ``protocols`` is
 ``HTTP`` alone is that server (docs/console.md). ``httpRootDir=DIR`` on the URI serves the console's files
-from DIR instead of the package.
+from DIR instead of the package. With Artemis's TLS parameters (``sslEnabled=true;keyStorePath=...``, as
+on an AMQP acceptor: broker/security.py ``uri_tls``) the acceptor serves HTTPS and WSS only, with the
+key store's certificate and the enabled protocols; ``needClientAuth=true`` requires a client certificate
+signed by ``trustStorePath`` (as Artemis's web server's ``clientAuth``), besides the login below.
 
 * login: with security enabled (users in artemis-users.properties) a request needs Basic credentials of
   one of those users, as every AMQP acceptor then requires a SASL login; management and ``/metrics`` need
@@ -22,6 +25,7 @@ from DIR instead of the package.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -188,5 +192,5 @@ async def bind_http_acceptor(acceptor, announce=print) -> list:
 def serve_http_acceptor(nursery: trio.Nursery, listeners: list, broker, cfg, acceptor) -> None:
     """Serve a bound HTTP acceptor in ``nursery``."""
     root = acceptor.params.get("httpRootDir")
-    nursery.start_soon(serve_http_listeners, ConsoleApp(BrokerSite(broker, cfg), Path(root) if root else None),
-                       listeners, nursery)
+    app = ConsoleApp(BrokerSite(broker, cfg), Path(root) if root else None)
+    nursery.start_soon(partial(serve_http_listeners, app, listeners, nursery, tls=acceptor.tls))

@@ -256,9 +256,6 @@ def _rules_http_listener(ent: Entity, label: str) -> None:
     if ent.path == "<management>":
         raise _err(ent, "http", f"{label}: an HTTP listener cannot be created through management in tdrouterd: "
                    "configure it in the file (it is started with the router)")
-    if ent["sslProfile"] is not None:
-        raise _err(ent, "sslProfile", f"{label}: TLS on an HTTP listener is not implemented yet: remove sslProfile "
-                   "and listen on 127.0.0.1, or put a TLS proxy in front of it")
     if (ent["role"] or "normal") != "normal":
         raise _err(ent, "role", f"{label}: an HTTP listener serves the console and metrics; role "
                    f"{ent['role']} needs an AMQP listener (remove http or role)")

@@ -6,9 +6,16 @@ its console and, from 1.x, ``/metrics`` and ``/healthz`` the same way, src/http-
 The endpoints themselves are wire/httpmgmt.py's (shared with tdbroker); this module is what is the
 router's about them (docs/console.md):
 
+* TLS: a listener with an ``sslProfile`` serves HTTPS (and WSS) with the TLS an AMQP listener with that
+  profile would have (router/security.py makes the same :class:`wire.tls.ServerTls`): the profile's
+  certificate, key, ciphers and protocols; ``requireSsl: yes`` answers plain HTTP with 400, without it
+  the port serves both (as Dispatch's AMQP listeners take both).
 * login: as on an AMQP listener. With ``authenticatePeer: yes`` a request needs Basic credentials checked
   against the users the router's SASL configuration names (router/security.py); without it, anonymous
-  requests are served and credentials, when given, must still be right.
+  requests are served and credentials, when given, must still be right. On an HTTPS listener
+  ``authenticatePeer: yes`` also requires a client certificate signed by the profile's ``caCertFile``,
+  as on an AMQP listener, and that certificate logs the request in (the user named as SASL EXTERNAL would
+  name it: the subject, or the profile's ``uidFormat``) unless Basic credentials are given.
 * policy: with vhost policy enabled, each request is a connection to the listener's ``policyVhost`` (or
   the default vhost) for the policy's connection rules, and management and metrics need the user's group
   to allow the target ``$management`` -- what an AMQP client needs to send a management request.
@@ -27,6 +34,7 @@ from __future__ import annotations
 import itertools
 import logging
 import weakref
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -113,8 +121,9 @@ class RouterSite:
     realm = "tdrouterd"
     kind = "router"
 
-    def __init__(self, router, agent, entity, *, users=None, services=None, config=None, relay=None):
+    def __init__(self, router, agent, entity, *, users=None, services=None, config=None, relay=None, tls=None):
         self.router = router
+        self.tls = tls  # wire.tls.ServerTls (HTTPS) or None
         self.agent = agent
         self.entity = entity
         self.users = users
@@ -135,6 +144,9 @@ class RouterSite:
                 log.info("HTTP login refused for %r from %s", credentials[0], request.remote)
                 return unauthorized(self.realm)
             user = credentials[0]
+        elif self.tls is not None and request.tls is not None and request.tls.peer_subject is not None:
+            # A verified client certificate (the handshake required one): the EXTERNAL-style login.
+            user = self.tls.user_ids.user_for(request.tls)
         elif self.require_login:
             return unauthorized(self.realm)
         policy = getattr(self.router, "policy", None)
@@ -305,11 +317,22 @@ def bind_http_listener(entity, announce=print) -> list:
     return listeners
 
 
+def http_listener_tls(entity, security):
+    """The listener's TLS (wire.tls.ServerTls) from its sslProfile, requireSsl and authenticatePeer, made
+    exactly as for an AMQP listener; None for plain HTTP. SecurityConfigError as for an AMQP listener
+    (the router checked every listener at start-up already, so it does not happen there)."""
+    if security is None:
+        return None
+    return security.connection_kwargs("listener", entity)["tls"]
+
+
 def serve_http_listener(nursery: trio.Nursery, listeners: list, router, agent, entity, *, security=None,
                         services=None, config=None) -> None:
-    """Serve a bound HTTP listener in ``nursery`` with the router's agent behind it."""
+    """Serve a bound HTTP listener in ``nursery`` with the router's agent behind it (HTTPS with an
+    sslProfile)."""
+    tls = http_listener_tls(entity, security)
     site = RouterSite(router, agent, entity, users=security.users if security is not None else None,
-                      services=services, config=config, relay=relay_for(router))
+                      services=services, config=config, relay=relay_for(router), tls=tls)
     app = ConsoleApp(site, console_root(entity), metrics=entity.get("metrics") is not False,
                      healthz=entity.get("healthz") is not False, websockets=entity.get("websockets") is not False)
-    nursery.start_soon(serve_http_listeners, app, listeners, nursery)
+    nursery.start_soon(partial(serve_http_listeners, app, listeners, nursery, tls=tls))

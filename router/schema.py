@@ -376,7 +376,7 @@ _LISTENER = _entity("listener", "listener", [
          doc="Comma separated [amqp|amqps|ws|wss://]host[:port] URLs sent to clients in OPEN's "
              "failover-server-list property."),
     Attr("http", "boolean", False, doc="Serve HTTP instead of AMQP on this port: the web console, /metrics, "
-         "/healthz and management as JSON (docs/console.md)."),
+         "/healthz and management as JSON (docs/console.md); HTTPS/WSS with an sslProfile."),
     Attr("websockets", "boolean", True, doc="Allow the WebSocket management endpoint /api/ws (http only)."),
     Attr("healthz", "boolean", True, doc="Serve /healthz (http only)."),
     Attr("metrics", "boolean", True, doc="Serve /metrics (http only)."),

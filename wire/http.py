@@ -8,6 +8,15 @@ is an *application*'s business (router/httpserve.py, broker/httpserve.py), which
 
 Shared by both daemons: :func:`serve_http` (one connection), :func:`basic_credentials` (RFC 7617),
 :func:`static_file` (the console's files, never outside their root) and the JSON/text response helpers.
+
+HTTPS (and WSS): :func:`serve_http_listeners` with a :class:`wire.tls.ServerTls` -- the same object an
+AMQP listener of either daemon is given (router/security.py from an ``sslProfile``, broker/security.py
+from Artemis's ``sslEnabled`` parameters) -- serves each connection over TLS with that context
+(certificate, key, ciphers, protocols, and a client certificate when the context requires one). As on
+an AMQP listener (wire/driver.py ``connection_handler``), the first byte decides: a TLS handshake record
+is TLS; anything else is plain HTTP, served when ``required`` is false (Dispatch's ``requireSsl: no``) and
+otherwise answered ``400`` in plain text naming the scheme to use, then closed. What the handshake
+established (protocol, cipher, the verified client certificate) is the request's ``tls``.
 Bad input (malformed HTTP, an oversized header or body, a stalled client) gets a 4xx where HTTP can still
 say so, and closes that connection only.
 """
@@ -19,6 +28,7 @@ import binascii
 import json
 import logging
 import mimetypes
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +39,9 @@ import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection,
                             Request as WsRequest, TextMessage)
+
+from wire.driver import TLS_HANDSHAKE_RECORD, TlsHandshakeError, tls_handshake
+from wire.tls import ServerTls, TlsPeerInfo, peer_info
 
 log = logging.getLogger("wire.http")
 
@@ -47,6 +60,12 @@ READ_CHUNK = 64 * 1024
 #: Most HTTP connections one HTTP listener serves at once; a further one is answered 503 and closed. A
 #: console tab holds one or two; the limit keeps a flood of clients from taking the daemon's memory.
 MAX_HTTP_CONNECTIONS = 256
+#: A client of an HTTPS listener must have sent its first byte and finished the TLS handshake within
+#: this long; a browser does it in milliseconds, and a socket that stalls here holds a connection slot.
+TLS_HANDSHAKE_TIMEOUT_SECONDS = 10.0
+#: How long a plaintext client on a TLS-only listener gets to send its request head before the socket is
+#: closed without an answer (the answer is only a courtesy that names the scheme to use).
+PLAINTEXT_REFUSAL_SECONDS = 1.0
 
 SERVER_HEADER = b"trio-dispatch"
 JSON_TYPE = "application/json"
@@ -58,7 +77,8 @@ PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 @dataclass
 class HttpRequest:
     """One request: method, path (percent-decoded), query (name -> list of values), lower-case headers,
-    the whole body, and the client's ``host:port``."""
+    the whole body, the client's ``host:port`` and, over HTTPS, what the TLS handshake established
+    (``tls.peer_subject`` is the verified client certificate's subject; None without one)."""
 
     method: str
     path: str
@@ -66,6 +86,7 @@ class HttpRequest:
     headers: dict
     body: bytes = b""
     remote: str = ""
+    tls: TlsPeerInfo | None = None
 
     def header(self, name: str, default: str | None = None) -> str | None:
         return self.headers.get(name.lower(), default)
@@ -275,9 +296,10 @@ async def _next_event(stream: trio.abc.Stream, conn: h11.Connection):
         return None
 
 
-async def serve_http(stream: trio.abc.Stream, app: HttpApp, remote: str = "") -> None:
+async def serve_http(stream: trio.abc.Stream, app: HttpApp, remote: str = "", tls: TlsPeerInfo | None = None) -> None:
     """Serve one HTTP connection (keep-alive, one request at a time) until the client closes it, goes
-    idle, sends something malformed or upgrades to a WebSocket (served until it closes)."""
+    idle, sends something malformed or upgrades to a WebSocket (served until it closes). ``tls`` is what
+    the connection's TLS handshake established (None: plain HTTP); every request carries it."""
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
     try:
         while True:
@@ -289,7 +311,7 @@ async def serve_http(stream: trio.abc.Stream, app: HttpApp, remote: str = "") ->
                     return
                 request = HttpRequest(event.method.decode("ascii", "replace").upper(), *_parse_target(event.target),
                                       {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers},
-                                      remote=remote)
+                                      remote=remote, tls=tls)
                 body = bytearray()
                 while True:
                     event = await _next_event(stream, conn)
@@ -365,32 +387,77 @@ async def _aclose(stream: trio.abc.Stream) -> None:
 
 
 async def serve_http_listeners(app: HttpApp, listeners, handler_nursery: trio.Nursery,
-                               max_connections: int = MAX_HTTP_CONNECTIONS) -> None:
+                               max_connections: int = MAX_HTTP_CONNECTIONS, *, tls: ServerTls | None = None) -> None:
     """Accept on ``listeners`` (bound already) and serve each connection with :func:`serve_http` in
-    ``handler_nursery``; beyond ``max_connections`` at once a client gets 503 and is closed."""
+    ``handler_nursery``; beyond ``max_connections`` at once a client gets 503 and is closed. With ``tls``
+    the listener serves HTTPS (see the module docstring)."""
     open_count = 0
 
     async def handler(stream: trio.abc.Stream) -> None:
         nonlocal open_count
         remote = _remote(stream)
         if open_count >= max_connections:
-            conn = h11.Connection(h11.SERVER)
-            try:
-                with trio.move_on_after(1):
-                    event = await _next_event(stream, conn)
-                    if isinstance(event, h11.Request):
-                        await _send_response(stream, conn, text_response(503, "too many HTTP connections\n"))
-            except (h11.ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            await _aclose(stream)
+            await _answer_and_close(stream, text_response(503, "too many HTTP connections\n"))
             return
         open_count += 1
         try:
-            await serve_http(stream, app, remote)
+            info = None
+            if tls is not None:
+                secured = await secure_http_stream(stream, tls, remote)
+                if secured is None:
+                    return
+                stream, info = secured
+            await serve_http(stream, app, remote, info)
         finally:
             open_count -= 1
 
     await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery)
+
+
+async def secure_http_stream(stream: trio.SocketStream, tls: ServerTls, remote: str = "",
+                             timeout: float = TLS_HANDSHAKE_TIMEOUT_SECONDS):
+    """The stream to serve HTTP on for a client of an HTTPS listener, and its TLS (None on plaintext):
+    TLS when its first byte starts a handshake, the plain stream when ``tls.required`` is false. None
+    (the socket closed) when the client closed or stalled first, the handshake failed (untrusted or
+    missing client certificate, no common protocol...) or it spoke plain HTTP to a TLS-only listener
+    (answered 400 first)."""
+    with trio.move_on_after(timeout):
+        try:
+            data = await stream.socket.recv(1, socket.MSG_PEEK)
+        except OSError:
+            data = b""
+        if not data:
+            await _aclose(stream)
+            return None
+        if data[0] != TLS_HANDSHAKE_RECORD:
+            if not tls.required:
+                return stream, None
+            log.info("HTTP client %s refused: plain HTTP on a listener that requires TLS", remote)
+            await _answer_and_close(stream, text_response(
+                400, "this port serves HTTPS only (TLS required): use https:// (wss:// for WebSockets)\n"))
+            return None
+        try:
+            secured = await tls_handshake(stream, tls.context, server_side=True)
+        except TlsHandshakeError as exc:
+            log.info("HTTPS client %s: %s", remote, exc)
+            return None
+        return secured, peer_info(secured)
+    log.info("HTTPS client %s: no TLS handshake within %gs of connecting: disconnected", remote, timeout)
+    await _aclose(stream)
+    return None
+
+
+async def _answer_and_close(stream: trio.abc.Stream, response: HttpResponse) -> None:
+    """Read one request head (briefly), answer it with ``response`` and close: for clients turned away."""
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+    try:
+        with trio.move_on_after(PLAINTEXT_REFUSAL_SECONDS):
+            event = await _next_event(stream, conn)
+            if isinstance(event, h11.Request):
+                await _send_response(stream, conn, response)
+    except (h11.ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    await _aclose(stream)
 
 
 def _remote(stream: trio.abc.Stream) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 
 import pytest
 
@@ -16,6 +17,7 @@ from router.policy import Policy, vhost_from_attrs
 from tests.unit.enginepair import RouterHarness, settle
 from wire.http import HttpRequest
 from wire.httpmgmt import ConsoleApp
+from wire.tls import CertificateUserIds, ServerTls, TlsPeerInfo
 from wire.users import Users
 
 CONF = """
@@ -176,7 +178,7 @@ async def test_vhost_policy_decides_who_may_manage():
 
 def test_http_listener_settings_that_cannot_work_are_refused_at_their_line(tmp_path):
     base = "listener {\n    port: 0\n    http: yes\n%s}\n"
-    cases = [("    sslProfile: tls\n", "TLS on an HTTP listener"), ("    role: inter-router\n", "role inter-router"),
+    cases = [("    role: inter-router\n", "role inter-router"),
              (f"    httpRootDir: {tmp_path / 'missing'}\n", "is not a directory")]
     for extra, words in cases:
         with pytest.raises(ConfigError) as info:
@@ -235,3 +237,23 @@ async def test_management_cannot_create_an_http_listener():
                                                                 "body": {"port": 0, "http": True}}))
     answer = json.loads(resp.body)
     assert answer["status"] == 400 and "cannot be created through management" in answer["description"]
+
+
+async def test_a_verified_client_certificate_logs_an_https_request_in_as_sasl_external_would():
+    """authenticatePeer: yes on an HTTPS listener: the handshake required a certificate, and the user is the
+    one the profile's uidFormat makes of it; Basic credentials, when given, are still checked."""
+    cfg = parse_config(CONF % "yes")
+    router = Router("R1", clock=lambda: 1000.0)
+    agent = ManagementAgent(router, config=cfg, clock=lambda: 1000.0)
+    tls = ServerTls(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), user_ids=CertificateUserIds(uid_format="n"))
+    site = RouterSite(router, agent, cfg.listeners[0], users=alice_users(), config=cfg, tls=tls)
+    peer = TlsPeerInfo("TLSv1.3", "TLS_AES_256_GCM_SHA384", 256, "CN=client.example,O=Example",
+                       peer_subject_rdns=((("organizationName", "Example"),), (("commonName", "client.example"),)))
+    with_cert = request("GET", "/metrics")
+    with_cert.tls = peer
+    assert site.authenticate(with_cert, None).user == "client.example"
+    assert site.authenticate(with_cert, ("alice", "pw")).user == "alice"
+    assert site.authenticate(with_cert, ("alice", "bad")).status == 401
+    no_cert = request("GET", "/metrics")
+    no_cert.tls = TlsPeerInfo("TLSv1.3", "TLS_AES_256_GCM_SHA384", 256, None)
+    assert site.authenticate(no_cert, None).status == 401   # e.g. plain HTTP with requireSsl: no

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 
 import pytest
+import trustme
 
 from broker.config import BrokerConfigError, parse_broker_config
 from broker.daemon import attach_management
@@ -31,9 +33,21 @@ def test_an_http_acceptor_is_configured_by_protocols_http(tmp_path):
     assert acc.protocols == ("HTTP",) and acc.params == {"httpRootDir": str(tmp_path)}
 
 
+def test_an_http_acceptor_with_ssl_enabled_serves_https_with_the_key_store(tmp_path):
+    """The TLS parameters an AMQP acceptor takes make the HTTP acceptor's TLS (TLS only, as Artemis's)."""
+    trustme.CA().issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    cfg = parse_broker_config(acceptors_xml(
+        f"tcp://127.0.0.1:0?protocols=HTTP&amp;sslEnabled=true&amp;keyStorePath={tmp_path / 'server.pem'}"))
+    [acc] = cfg.acceptors
+    assert acc.params == {} and acc.tls is not None and acc.tls.required
+    assert acc.tls.context.verify_mode == ssl.CERT_NONE   # no needClientAuth: no client certificate asked
+
+
 @pytest.mark.parametrize("uri,words", [
     ("tcp://127.0.0.1:0?protocols=AMQP,HTTP", "serves HTTP only"),
-    ("tcp://127.0.0.1:0?protocols=HTTP&amp;sslEnabled=true", "sslEnabled not supported on an HTTP acceptor"),
+    ("tcp://127.0.0.1:0?protocols=HTTP&amp;sslEnabled=true", "an sslEnabled acceptor needs keyStorePath"),
+    ("tcp://127.0.0.1:0?protocols=HTTP&amp;keyStorePath=k.pem", "given without sslEnabled=true"),
+    ("tcp://127.0.0.1:0?protocols=HTTP&amp;sslEnabled=true&amp;keyStorePath=/no/such.pem", "/no/such.pem"),
     ("tcp://127.0.0.1:0?protocols=HTTP&amp;connectionsAllowed=3", "connectionsAllowed not supported"),
     ("tcp://127.0.0.1:0?protocols=HTTP&amp;httpRootDir=/no/such/dir", "is not a directory"),
 ])
