@@ -195,6 +195,10 @@ def uri_tls(ctx: Ctx, el, what: str, params: dict, *, server: bool):
         tls = artemis_tls(given)
         if tls is None:
             return None
+        if server and given.get("verifyHost", "false").strip().lower() != "false":
+            # Host verification checks the certificate of the server dialled; an acceptor dials nobody.
+            raise TlsConfigError("verifyHost", "an acceptor does not dial a host, so there is none to verify: "
+                                 "remove it (it applies to connection URIs)")
         if server and not tls.profile.cert_file:
             raise TlsConfigError("keyStorePath", "an sslEnabled acceptor needs keyStorePath (a PEM file with "
                                  "the certificate chain and the private key)")

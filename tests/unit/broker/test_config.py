@@ -577,7 +577,8 @@ def test_acceptor_limits_are_parsed_and_checked():
     assert (acc.connections_allowed, acc.handshake_timeout) == (5, 0.0)
     assert "connectionsAllowed" not in acc.params
     for bad, why in (("connectionsAllowed=lots", "is not an integer"), ("handshake-timeout=-2", "at least 0"),
-                     ("sslEnabled=true", "an sslEnabled acceptor needs keyStorePath")):
+                     ("sslEnabled=true", "an sslEnabled acceptor needs keyStorePath"),
+                     ("sslEnabled=true;verifyHost=true", "an acceptor does not dial a host")):
         with pytest.raises(BrokerConfigError, match=why) as info:
             parse_broker_config(acceptor(bad), "b.xml")
         assert str(info.value).startswith("b.xml:2:")
