@@ -56,16 +56,21 @@ def _router_section_at(msg: bytes) -> int:
     """Where a message-annotations section encoded as a map8 starts when it is the first section or
     follows a header encoded as list0 or list8 (what routers send on: the section is theirs), else -1.
     The section's bytes are only looked up, never parsed here: unknown bytes take the full path."""
+    n = len(msg)
+    if n < 6 or msg[0] != 0 or msg[1] != 0x53:
+        return -1
     pos = 0
-    if msg[2:3] == b"\x70":  # a header first
-        code = msg[3:4]
-        if code == b"\x45":
+    if msg[2] == 0x70:  # a header first
+        code = msg[3]
+        if code == 0x45:
             pos = 4
-        elif code == b"\xc0" and len(msg) > 4:
+        elif code == 0xC0:
             pos = 5 + msg[4]
         else:
             return -1
-    if msg[pos:pos + 4] == b"\x00\x53\x72\xc1" and len(msg) > pos + 4 and msg[0:2] == b"\x00\x53":
+        if n < pos + 6 or msg[pos] != 0 or msg[pos + 1] != 0x53:
+            return -1
+    if msg[pos + 2] == 0x72 and msg[pos + 3] == 0xC1:
         return pos
     return -1
 
@@ -163,8 +168,11 @@ class MeshForwarding:
         """A message from a neighbour router's data link: route by its annotations. ``ind.msg`` becomes
         the message without them (for local consumers); ``ind.ra`` keeps them for the next router."""
         link_addr = ind.link.address  # None on router data links (anonymous)
-        if link_addr is None and type(msg) is bytes:
-            pos = _router_section_at(msg)
+        if link_addr is None and type(msg) is bytes and len(msg) > 5:
+            if msg[2] == 0x72 and msg[3] == 0xC1 and msg[0] == 0 and msg[1] == 0x53:
+                pos = 0  # no header: the common form, checked inline
+            else:
+                pos = _router_section_at(msg)
             if pos >= 0:  # the mesh's common form: a router-only section first (see _remember_arrival)
                 send = pos + 5 + msg[pos + 4]
                 known = self._arrivals.get(msg[pos:send])
