@@ -23,6 +23,10 @@ A link attached to ``$management`` hands each message to ``management.handle(byt
 reply to the queue its ``properties.to`` names (the client's dynamic-source receiver). Flow records
 (``recorder``, see :mod:`wire.flowrecords`) are written only when configured: ``store``, ``deliver`` and
 ``settle`` events for the messages the recorder samples.
+
+Longer than ~600 lines on purpose: a message's way in (store) and out (dispatch, outcomes) are one link
+owner whose per-message steps call each other directly; what is not per message lives beside it
+(broker/largestream.py, broker/admission.py).
 """
 
 from __future__ import annotations

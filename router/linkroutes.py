@@ -28,6 +28,9 @@ Each side counts its deliveries and their outcomes (integer additions per delive
 management lists in ``router.link`` as Dispatch lists its link-routed links: ``endpoint`` links owned by the
 route's address (``C``/``D`` prefix, ``E``/``F`` pattern), each naming the other side as its ``peer``
 (:meth:`LinkRouter.management_rows`).
+
+Just over ~600 lines: matching, attach forwarding, the traffic and the detach of a routed pair are read
+together; large deliveries' streaming is already apart (router/routedstreams.py).
 """
 
 from __future__ import annotations

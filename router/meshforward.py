@@ -17,6 +17,9 @@ python/qpid_dispatch_internal/router/):
   on the shortest path from the message's ingress router (valid origins).
 * The routing engine (:mod:`router.mesh`) tells us, through the MeshListener methods below, which routers
   have destinations for which keys and which connection leads to each router.
+
+Longer than ~600 lines on purpose: arrival from a neighbour, the special forwarding path and the remote
+routes it reads are one class whose per-message methods call each other directly, as in the forwarder.
 """
 
 from __future__ import annotations
