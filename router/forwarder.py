@@ -518,10 +518,7 @@ class Forwarder:
             self.flow.egress(ol, ind)
         if ind.ptr is None or presettled_out:
             if st.complete:
-                _delivery_settle(od)
-                ind.copies -= 1
-                if ind.ptr is not None:
-                    self._copy_done(ind, ACCEPTED, None)
+                self._sent_settled(ind, od)
         else:
             ol.unsettled[od] = ind
         ind.buffered -= 1
@@ -537,14 +534,19 @@ class Forwarder:
         if ol.address is not None:
             ol.address.deliveries_egress += 1
         if ind.ptr is None or ol.presettled_out:
-            _delivery_settle(od)
-            ind.copies -= 1
-            if ind.ptr is not None:
-                self._copy_done(ind, ACCEPTED, None)
+            self._sent_settled(ind, od)
         ol.engine.wake()
         if ol.undelivered and not ol.dirty:
             ol.dirty = True
             self._dirty.append(ol)
+
+    def _sent_settled(self, ind: InDelivery, od) -> None:
+        """A whole streamed copy went settled (a pre-settled message, or a consumer taking settled
+        deliveries, which counts as accepted): as pump does inline for a message sent whole."""
+        _delivery_settle(od)
+        ind.copies -= 1
+        if ind.ptr is not None:
+            self._copy_done(ind, ACCEPTED, None)
 
     def copy_aborted(self, ol: RouterLink, od, ind: InDelivery) -> None:
         """A streamed copy on ``ol`` was aborted (its producer aborted or left): it is settled and over."""
