@@ -46,7 +46,7 @@ from router.patterns import PatternTable
 from wire import raw
 from wire.assembly import KEEP, MESSAGE_SIZE_EXCEEDED, STREAM
 from router.policy import UNAUTHORIZED_ACCESS
-from router.routedstreams import RoutedStreams
+from router.routedstreams import RoutedStreams, bound_neighbour_session
 
 log = logging.getLogger("router.linkroutes")
 
@@ -311,6 +311,8 @@ class LinkRouter:
         out_ptr = raw.pointer(out)
         container_side = RoutedLink(out_ptr, container, route, lo.is_sender, self, container=direct, name=lo.name)
         client_side.peer, container_side.peer = container_side, client_side
+        bound_neighbour_session(client_side)
+        bound_neighbour_session(container_side)
         self.links[link] = client_side
         self.links[out_ptr] = container_side
         engine.own_link(link, client_side)

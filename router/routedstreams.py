@@ -1,14 +1,16 @@
 """Large messages on link-routed links, streamed frame by frame (issue 17; the message-routed path is
-router/self.py).
+router/streams.py).
 
 A routed link pair carries each delivery from one side to the other with its tag and bytes untouched
 (router/linkroutes.py). A multi-frame delivery of ``STREAM_AFTER_BYTES`` or more is not assembled: its
 bytes go on to the partner delivery as they arrive (:func:`wire.raw.begin_tagged` / :func:`send_more`), it
 ends when the sender's last frame arrives, and it is aborted when the sender aborts it or its link goes.
 An outcome the receiver gives before the end goes to the sender at once; settlement waits for the end (an
-incoming delivery still arriving must stay open). Q2 hold-off as in router/self.py: while the partner's
+incoming delivery still arriving must stay open). Q2 hold-off as in router/streams.py: while the partner's
 connection has more than ``STREAM_OUTPUT_HIGH`` bytes not yet written to its socket, the stream reads no more
-(a client sender's connection is not read either) until that output falls to ``STREAM_OUTPUT_LOW``.
+(a client sender's connection is not read either) until that output falls to ``STREAM_OUTPUT_LOW``. A
+neighbour router's connection is never paused: a routed link the router receives on from a neighbour has
+the bounded session window of the message-routed data links instead (:func:`bound_neighbour_session`).
 
 Not streamed: a policed client's messages whose user-id the policy checks (the check needs the message;
 they are assembled whole, bounded by the policy's maxMessageSize).
@@ -20,7 +22,20 @@ from typing import Protocol
 
 from wire import raw
 from wire.assembly import ABORTED, LAST, MORE
-from router.streams import STREAM_AFTER_BYTES, STREAM_OUTPUT_HIGH, STREAM_OUTPUT_LOW, watch_output
+from router.streams import (INTER_ROUTER_SESSION_WINDOW, STREAM_AFTER_BYTES, STREAM_OUTPUT_HIGH,
+                            STREAM_OUTPUT_LOW, watch_output)
+
+# Connections whose socket a held stream never pauses: a neighbour router that is not read misses HELLOs.
+NEIGHBOUR_ROLES = ("inter-router", "edge")
+
+
+def bound_neighbour_session(side) -> None:
+    """Give a routed link the router receives on from a neighbour router the bounded session window of
+    message-routed data links (INTER_ROUTER_SESSION_WINDOW): the neighbour's socket is never paused, so
+    a held stream stops at the window of the link's own session (AMQP 1.0 §2.5.6; the routers open one
+    session per routed link) instead of filling this router's memory with the rest of the message."""
+    if side.receiving and side.rc.role in NEIGHBOUR_ROLES:
+        raw.session_set_incoming_capacity(raw.link_session(side.ptr), INTER_ROUTER_SESSION_WINDOW)
 
 
 class PairCalls(Protocol):
@@ -156,7 +171,7 @@ class RoutedStreams:
             self.held.add(st)
             self.assembler.hold_off(d)
             rc = st.side.rc
-            if rc.role not in ("inter-router", "edge"):
+            if rc.role not in NEIGHBOUR_ROLES:
                 st.reading_held = True
                 rc.engine.hold_reading()
 

@@ -105,6 +105,7 @@ class RouterEntity(EntityAdapter):
         # Link-routed deliveries (router/linkroutes.py) from and to the routes' containers.
         ingress_rc += r.link_router.deliveries_from_container
         egress_rc += r.link_router.deliveries_to_container
+        routed = r.link_router.streams
         nodes = [n for n in r.mesh_nodes() if n["id"] != r.id]
         mode = (cfg.get("mode") if cfg is not None else None) or r.mode
         values = {
@@ -123,8 +124,11 @@ class RouterEntity(EntityAdapter):
             "memoryUsage": vm_size(), "workerThreads": 1,
             "defaultDistribution": r.address_config.default_distribution,
             "metadata": cfg.get("metadata") if cfg is not None else None,
-            "streamingDeliveries": len(r.streams), "streamedDeliveries": r.streams.started,
-            "streamsAborted": r.streams.aborted, "streamsHeldOff": len(r.streams.held),
+            # Message-routed (router/streams.py) and link-routed (router/routedstreams.py) streams together.
+            "streamingDeliveries": len(r.streams) + len(routed.by_delivery),
+            "streamedDeliveries": r.streams.started + routed.started,
+            "streamsAborted": r.streams.aborted + routed.aborted,
+            "streamsHeldOff": len(r.streams.held) + len(routed.held),
             **totals,
         }
         return [self.row(r.id, "1", values)]

@@ -208,3 +208,113 @@ def test_streamed_messages_cross_edge_uplinks_both_ways(tmp_path):
             assert router_row(mesh.url(rid))["streamedDeliveries"] == 2, rid
     finally:
         mesh.stop_all()
+
+
+ROUTED_SIZE = 200_000_000  # bytes: three times RSS_BOUND_MB, so a router that buffered the rest fails
+
+SLOW_CONTAINER = textwrap.dedent("""
+    import hashlib, sys
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    class Slow(MessagingHandler):
+        # A link route's container that stops reading its socket when the first bytes of a message
+        # arrive, until a line comes on stdin; then prints the digest of what it received.
+        def __init__(self):
+            super().__init__(prefetch=1)
+            self.stalled = False
+        def on_start(self, event):
+            event.container.listen(sys.argv[1])
+            print("listening", flush=True)
+        def on_delivery(self, event):
+            if not self.stalled:
+                self.stalled = True
+                print("stalled", flush=True)
+                sys.stdin.readline()  # the reactor's thread waits: nothing more is read from the router
+            # (the message handler's own delivery handling runs after this one)
+        def on_message(self, event):
+            print("got", hashlib.sha256(event.message.body).hexdigest(), flush=True)
+
+    Container(Slow()).run()
+""")
+
+ONE_BIG = textwrap.dedent("""
+    import hashlib, sys
+    from proton import Message
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    class One(MessagingHandler):
+        def __init__(self):
+            super().__init__()
+            self.body = bytes(range(256)) * (int(sys.argv[3]) // 256)
+            self.sent = False
+        def on_start(self, event):
+            event.container.create_sender(sys.argv[1], sys.argv[2])
+        def on_sendable(self, event):
+            if not self.sent:
+                self.sent = True
+                print("digest", hashlib.sha256(self.body).hexdigest(), flush=True)
+                event.sender.send(Message(body=self.body))
+        def on_settled(self, event):
+            print("outcome", event.delivery.remote_state, flush=True)
+            event.connection.close()
+
+    Container(One()).run()
+""")
+
+
+def test_link_routed_stream_from_a_neighbour_is_bounded_by_its_session_window(tmp_path):
+    """A link-routed message crossing a neighbour router toward a container that stopped reading: the
+    router next to the container holds the stream, and since a neighbour's socket is never paused, only
+    the routed link's session window (8 MiB) keeps the rest of the message out of its memory; the
+    router the producer is on then holds the stream and stops reading the producer. Without that window
+    the router next to the container took the whole message into memory."""
+    from tests.system.procstat import rss_mib
+    from tools.daemons import free_port
+
+    port = free_port()
+    container = subprocess.Popen([sys.executable, "-c", SLOW_CONTAINER, f"127.0.0.1:{port}"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    mesh = Mesh(tmp_path, None)
+    routes = "\n\n".join(f"linkRoute {{\n    name: lr-{d}\n    prefix: routed\n    direction: {d}\n"
+                         "    connection: slow\n}" for d in ("in", "out"))
+    producer = None
+    try:
+        assert container.stdout.readline().strip() == "listening"
+        mesh.add("A", sections=routes)
+        mesh.add("B", connect={"A": 1}, sections=routes + (
+            f"\n\nconnector {{\n    name: slow\n    host: 127.0.0.1\n    port: {port}\n"
+            "    role: route-container\n    retryDelaySeconds: 0.2\n}"))
+        mesh.wait_converged()
+        before = {rid: rss_mib(mesh[rid].pid) for rid in "AB"}
+        producer = subprocess.Popen([sys.executable, "-c", ONE_BIG, mesh.url("A"), "routed.big", str(ROUTED_SIZE)],
+                                    stdout=subprocess.PIPE, text=True)
+        digest = producer.stdout.readline().split()
+        assert digest[0] == "digest", digest
+        assert container.stdout.readline().strip() == "stalled"
+        # Both routers hold the stream: B for the container, A because B's session window closed.
+        for rid in "BA":
+            wait_until(lambda rid=rid: router_row(mesh.url(rid))["streamsHeldOff"] == 1,
+                       f"router {rid} to hold the routed stream")
+        # The held state is stable (the container reads nothing): A stays held and neither router grows.
+        # Without B's bounded window A is held only now and then, and B grows by the rest of the message.
+        for _ in range(20):
+            grown = {rid: rss_mib(mesh[rid].pid) - before[rid] for rid in "AB"}
+            assert max(grown.values()) < RSS_BOUND_MB, grown
+            assert router_row(mesh.url("A"))["streamsHeldOff"] == 1
+            time.sleep(0.05)
+        container.stdin.write("go\n")
+        container.stdin.flush()
+        got = container.stdout.readline().split()
+        assert got == ["got", digest[1]]
+        assert producer.stdout.readline().split() == ["outcome", "36"]  # accepted (proton's code)
+        for rid in "AB":
+            row = router_row(mesh.url(rid))
+            assert row["streamedDeliveries"] == 1 and row["streamsHeldOff"] == 0, (rid, row)
+    finally:
+        for proc in (producer, container):
+            if proc is not None:
+                proc.kill()
+                proc.wait(10)
+        mesh.stop_all()
