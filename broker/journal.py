@@ -44,7 +44,11 @@ sees the journal through :class:`broker.journal_compact.CompactionHost`, which :
 
 Threading: a :class:`Journal` belongs to the Trio thread. ``sync()``/``compact()`` block; the async path
 (:mod:`broker.journal_io`) splits them into plan (``begin_*``, Trio thread), I/O (``write_batch`` /
-``run_compaction``, which touch only their plan and may run in ``trio.to_thread``) and apply (``finish_*``).
+``run_compaction``, which touch only their plan and may run in ``trio.to_thread``; the group committer
+writes a small batch from the Trio thread and leaves only its fsync to the kernel) and apply
+(``finish_*``). The per-record work of a sync is kept off the per-message path where it can be: a
+buffered record's place is fixed when it is appended (its offset in the buffer), so placing a batch that
+fits the active segment is one comparison and accounting for it one pass over its message ids.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ from broker.journal_compact import (  # noqa: F401  (re-exported)
     Segment,
 )
 from broker.journal_io import (  # noqa: F401  (errors re-exported: callers import them from here)
-    HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
+    ACK_RECORD_BYTES, HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
     OUT_OF_SPACE, RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_MESSAGE, T_UPDATE, TMP_SUFFIX,
     GroupCommitter, JournalCorruptError, JournalError, JournalFailedError, JournalFormatError,
     JournalLockedError, JournalOutOfSpaceError, create_file, decode, decode_head, encode_ack, encode_header,
@@ -79,6 +83,9 @@ log = logging.getLogger("broker.journal")
 # Large enough that rotation (an extra fsync and a directory fsync) is rare at broker rates; small enough
 # that a fully acknowledged segment is returned to the file system promptly.
 SEGMENT_BYTES = 64 * 1024 * 1024
+# Queue names the journal keeps encoded (checked once, not per message); past this many it starts over, so
+# a broker that creates and drops queues without end does not grow the cache without end.
+QUEUE_NAMES_CACHED = 1024
 LOCK_NAME = "journal.lock"
 
 
@@ -124,29 +131,66 @@ class _Live:
     durable_count: int
     queue: str
     seq: int | None = None  # None while buffered
-    offset: int = 0
+    offset: int = 0  # while buffered: where the record starts in its buffer (_Records.size before it)
     acked: bool = False  # an ACK is buffered or durable; the entry goes when the ACK is durable
+
+
+class _Records:
+    """Records appended and not written yet: their bytes in append order, and which of them are messages,
+    acknowledgements and updates (record ids; an update with its count). Kept as flat lists of what a sync
+    needs rather than one tuple per record: a durable message and its acknowledgement are two records."""
+
+    __slots__ = ("data", "size", "messages", "acks", "updates")
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.size = 0  # bytes in data
+        self.messages: list[int] = []
+        self.acks: list[int] = []
+        self.updates: list[tuple[int, int]] = []
+
+    def extend(self, later: _Records) -> None:
+        """Append ``later``'s records after these (its messages' buffer offsets are the caller's business)."""
+        self.data.extend(later.data)
+        self.size += later.size
+        self.messages.extend(later.messages)
+        self.acks.extend(later.acks)
+        self.updates.extend(later.updates)
 
 
 @dataclass
 class _Chunk:
+    """The part of a batch written to one segment: its records' bytes from ``start`` (an offset in the
+    batch) on, landing at file offset ``offset`` of segment ``seq``."""
+
     seq: int
     path: str
-    parts: list[bytes] = field(default_factory=list)
+    parts: list[bytes]
+    start: int
+    offset: int
     header: bytes | None = None  # set when this chunk starts a new segment
 
 
 @dataclass
 class SyncBatch:
-    """Records detached from the buffer by :meth:`Journal.begin_sync`, with where each one lands."""
+    """Records detached from the buffer by :meth:`Journal.begin_sync`, with where they land."""
 
-    records: list[tuple[int, int, bytes]]
-    placements: list[tuple[int, int]]
+    records: _Records
     chunks: list[_Chunk]
     fd: int
     next_id: int
     started: float
     new_fds: list[int] = field(default_factory=list)
+
+    @property
+    def appends_only(self) -> bool:
+        """The batch goes to the active segment alone (it begins no new segment)."""
+        return len(self.chunks) == 1
+
+    @property
+    def size(self) -> int:
+        """The bytes of its records."""
+        return self.records.size
 
 
 class Journal:
@@ -170,7 +214,8 @@ class Journal:
         self._write = write  # every journal write goes through it (tests inject ENOSPC here)
         self._segments: list[Segment] = []
         self._messages: dict[int, _Live] = {}
-        self._buffer: list[tuple[int, int, bytes]] = []
+        self._buffer = _Records()
+        self._queue_bytes: dict[str, bytes] = {}  # queue name -> its checked UTF-8 (encoded once per name)
         self._next_id = 1
         self._durable_id = 0
         self._live_count = 0
@@ -329,9 +374,14 @@ class Journal:
         """Buffer a message record and return its record id; durable only after the next :meth:`sync`."""
         if self._failure is not None or self._state != "open":
             self._check()
-        qb = queue.encode()
-        if len(qb) > MAX_QUEUE_NAME_BYTES:
-            raise ValueError(f"queue name longer than {MAX_QUEUE_NAME_BYTES} bytes")
+        qb = self._queue_bytes.get(queue)
+        if qb is None:
+            qb = queue.encode()
+            if len(qb) > MAX_QUEUE_NAME_BYTES:
+                raise ValueError(f"queue name longer than {MAX_QUEUE_NAME_BYTES} bytes")
+            if len(self._queue_bytes) >= QUEUE_NAMES_CACHED:
+                self._queue_bytes.clear()
+            self._queue_bytes[queue] = qb
         if not 0 <= delivery_count <= MAX_DELIVERY_COUNT:
             raise ValueError(f"delivery_count {delivery_count} out of range")
         if MSG.size + len(qb) + len(payload) > MAX_RECORD_BYTES:
@@ -340,9 +390,12 @@ class Journal:
         self._next_id = rid + 1
         # bytes(payload): a no-op for bytes; a bytearray or memoryview is copied once, as the record needs
         data = encode_message(rid, qb, payload if type(payload) is bytes else bytes(payload), delivery_count)
-        self._messages[rid] = _Live(len(data), delivery_count, delivery_count, queue)
+        buf = self._buffer
+        self._messages[rid] = _Live(len(data), delivery_count, delivery_count, queue, None, buf.size)
         self._live_count += 1
-        self._buffer.append((T_MESSAGE, rid, data))
+        buf.data.append(data)
+        buf.size += len(data)
+        buf.messages.append(rid)
         if payload[-8:] == LARGE_MAGIC:
             fid = large_file_id(payload)
             if fid is not None:
@@ -366,7 +419,10 @@ class Journal:
             raise KeyError(f"record {record_id} is not a live message")
         m.acked = True
         self._live_count -= 1
-        self._buffer.append((T_ACK, record_id, encode_ack(record_id)))
+        buf = self._buffer
+        buf.data.append(encode_ack(record_id))
+        buf.size += ACK_RECORD_BYTES
+        buf.acks.append(record_id)
         if self.large_refs:
             fid = self.large_refs.pop(record_id, None)
             if fid is not None and self.large is not None:
@@ -378,12 +434,16 @@ class Journal:
         if not 0 <= delivery_count <= MAX_DELIVERY_COUNT:
             raise ValueError(f"delivery_count {delivery_count} out of range")
         self._live(record_id).delivery_count = delivery_count
-        self._buffer.append((T_UPDATE, record_id, encode_update(record_id, delivery_count)))
+        data = encode_update(record_id, delivery_count)
+        buf = self._buffer
+        buf.data.append(data)
+        buf.size += len(data)
+        buf.updates.append((record_id, delivery_count))
 
     @property
     def pending(self) -> bool:
         """True when buffered records are waiting for a sync."""
-        return bool(self._buffer)
+        return bool(self._buffer.data)
 
     @property
     def durable_id(self) -> int:
@@ -417,10 +477,11 @@ class Journal:
         m = self._messages.get(record_id)
         if m is None or m.seq is not None or m.acked:
             return None
-        records = self._buffer if self._inflight is None else self._inflight.records + self._buffer
-        for kind, rid, data in records:
-            if rid == record_id and kind == T_MESSAGE:
-                return decode(data[RECORD_HEADER_BYTES:])[4]
+        buffers = [self._buffer] if self._inflight is None else [self._inflight.records, self._buffer]
+        for records in buffers:
+            for data in records.data:
+                if data[RECORD_HEADER_BYTES] == T_MESSAGE and MSG.unpack_from(data, RECORD_HEADER_BYTES)[1] == record_id:
+                    return decode(data[RECORD_HEADER_BYTES:])[4]
         return None
 
     def read_payloads(self, record_ids: list[int]) -> dict[int, bytes]:
@@ -450,7 +511,7 @@ class Journal:
     def sync(self) -> list[int]:
         """BLOCKING. Write every buffered record, fsync once, return the message ids now durable; compacts
         automatically when enough sealed bytes are dead."""
-        wrote = bool(self._buffer)
+        wrote = bool(self._buffer.data)
         ids = self._sync_buffer()
         if wrote:
             plan = self.begin_compaction(force=False)
@@ -460,7 +521,7 @@ class Journal:
 
     def _sync_buffer(self) -> list[int]:
         self._check()
-        if not self._buffer:
+        if not self._buffer.data:
             return []
         batch = self.begin_sync()
         try:
@@ -477,28 +538,39 @@ class Journal:
         return self.finish_sync(batch)
 
     def begin_sync(self) -> SyncBatch:
-        """Trio thread: detach the buffer and decide which segment each record goes to."""
+        """Trio thread: detach the buffer and decide which segment its records go to."""
         self._check()
         self.claim_io()
-        records, self._buffer = self._buffer, []
+        records, self._buffer = self._buffer, _Records()
         seg = self._segments[-1]
-        cur, size = _Chunk(seg.seq, seg.path), seg.size
-        chunks, placements = [cur], []
-        for _kind, _rid, data in records:
-            if size + len(data) > self.segment_bytes and size > HEADER_BYTES:
+        if seg.size + records.size <= self.segment_bytes:  # the common case: all of it fits
+            chunks = [_Chunk(seg.seq, seg.path, records.data, 0, seg.size)]
+        else:
+            chunks = self._place(records.data, seg)
+        self._inflight = SyncBatch(records, chunks, self._fd, self._next_id, self._clock())
+        return self._inflight
+
+    def _place(self, data: list[bytes], seg: Segment) -> list[_Chunk]:
+        """Split a batch that does not fit ``seg`` (the active segment) into chunks: a record that would
+        take a non-empty segment past ``segment_bytes`` starts a new one."""
+        cur = _Chunk(seg.seq, seg.path, [], 0, seg.size)
+        chunks, size, start = [cur], seg.size, 0
+        for record in data:
+            if size + len(record) > self.segment_bytes and size > HEADER_BYTES:
                 seq = cur.seq + 1
-                cur = _Chunk(seq, os.path.join(self.directory, segment_name(seq)),
+                cur = _Chunk(seq, os.path.join(self.directory, segment_name(seq)), [], start, HEADER_BYTES,
                              header=encode_header(seq, seq, self._next_id))
                 chunks.append(cur)
                 size = HEADER_BYTES
-            placements.append((cur.seq, size))
-            cur.parts.append(data)
-            size += len(data)
-        self._inflight = SyncBatch(records, placements, chunks, self._fd, self._next_id, self._clock())
-        return self._inflight
+            cur.parts.append(record)
+            size += len(record)
+            start += len(record)
+        return chunks
 
-    def write_batch(self, batch: SyncBatch) -> None:
-        """Blocking I/O, safe in a worker thread: touches only ``batch`` and its file descriptors."""
+    def write_batch(self, batch: SyncBatch, *, sync: bool = True) -> None:
+        """Blocking I/O, safe in a worker thread: touches only ``batch`` and its file descriptors. With
+        ``sync`` False the last segment written is left for the caller to fsync (:attr:`SyncBatch.fd` once
+        this returns); a segment sealed on the way is fsynced here all the same."""
         fd, dirty = batch.fd, False
         for chunk in batch.chunks:
             if chunk.header is not None:
@@ -510,7 +582,7 @@ class Journal:
             if chunk.parts:
                 self._write(fd, b"".join(chunk.parts))
                 dirty = True
-        if dirty and self.fsync:
+        if dirty and self.fsync and sync:
             os.fsync(fd)
 
     def finish_sync(self, batch: SyncBatch) -> list[int]:
@@ -522,39 +594,61 @@ class Journal:
             for fd in batch.new_fds[:-1]:
                 os.close(fd)
             self._fd = batch.new_fds[-1]
-        for chunk in batch.chunks:
+        chunks = batch.chunks
+        for chunk in chunks:
             if chunk.header is not None:
                 self._segments.append(Segment(chunk.seq, chunk.path, HEADER_BYTES))
-        # Once per record written (a durable message and its acknowledgement each have one): segments are
-        # looked up in a map built once per batch, not searched per record as _forget/_segment do.
-        ids = []
+        records = batch.records
         messages = self._messages
         by_seq = {s.seq: s for s in self._segments}
-        seg_seq, seg = None, None
-        for (kind, rid, data), (seq, offset) in zip(batch.records, batch.placements):
-            if seq != seg_seq:
-                seg_seq, seg = seq, by_seq[seq]
-            seg.size += len(data)
-            if kind == T_MESSAGE:
+        # Once per durable message and once per acknowledgement: a message's place is its offset in the
+        # buffer (set when it was appended) plus where its chunk landed.
+        if len(chunks) == 1:
+            chunk = chunks[0]
+            seg = by_seq[chunk.seq]
+            seq, base, live = chunk.seq, chunk.offset, 0
+            for rid in records.messages:
                 m = messages[rid]
                 m.seq = seq
-                m.offset = offset
-                seg.live_bytes += m.size
-                seg.live_count += 1
-                ids.append(rid)
-            elif kind == T_ACK:
-                m = messages.pop(rid, None)  # _forget, inline (ACKs for compacted-away ids are ignored)
-                if m is not None and m.seq is not None:
-                    dead = by_seq[m.seq]
-                    dead.live_bytes -= m.size
-                    dead.live_count -= 1
-            elif (m := messages.get(rid)) is not None:
-                m.durable_count = decode(data[RECORD_HEADER_BYTES:])[2]
+                m.offset += base
+                live += m.size
+            seg.size += records.size
+            seg.live_bytes += live
+            seg.live_count += len(records.messages)
+        else:
+            self._finish_chunks(records, chunks, by_seq)
+        for rid, count in records.updates:
+            if (m := messages.get(rid)) is not None:
+                m.durable_count = count
+        last = self._segments[-1]
+        for rid in records.acks:
+            m = messages.pop(rid, None)  # _forget, inline (ACKs for compacted-away ids are ignored)
+            if m is not None and m.seq is not None:
+                dead = last if m.seq == last.seq else by_seq[m.seq]
+                dead.live_bytes -= m.size
+                dead.live_count -= 1
         self._durable_id = batch.next_id - 1
         self._syncs += 1
-        self._records_synced += len(batch.records)
+        self._records_synced += len(records.data)
         self._last_sync_seconds = self._clock() - batch.started
-        return ids
+        return records.messages
+
+    def _finish_chunks(self, records: _Records, chunks: list[_Chunk], by_seq: dict[int, Segment]) -> None:
+        """finish_sync's accounting of the messages of a batch that began new segments."""
+        messages = self._messages
+        i, ends = 0, [c.start for c in chunks[1:]] + [records.size]
+        for rid in records.messages:
+            m = messages[rid]
+            while m.offset >= ends[i]:
+                i += 1
+            chunk = chunks[i]
+            seg = by_seq[chunk.seq]
+            m.seq = chunk.seq
+            m.offset = chunk.offset + m.offset - chunk.start
+            seg.live_bytes += m.size
+            seg.live_count += 1
+        for chunk in chunks:
+            by_seq[chunk.seq].size += sum(len(p) for p in chunk.parts)
 
     def rollback_sync(self, batch: SyncBatch, exc: OSError) -> None:
         """Trio thread: writing ``batch`` failed for lack of space (ENOSPC, EDQUOT). Undo it so that the files
@@ -580,9 +674,15 @@ class Journal:
         except OSError as undo:  # the files are in an unknown state: this is a failure after all
             self.abort_io(undo)
             raise
-        self._buffer[:0] = batch.records
+        # The batch's records go back in front of the buffer: what was appended meanwhile moves up by as
+        # many bytes in it (a buffered message's offset is its place in the buffer).
+        later, shift = self._buffer, batch.records.size
+        for rid in later.messages:
+            self._messages[rid].offset += shift
+        batch.records.extend(later)
+        self._buffer = batch.records
         log.debug("%s: out of space (%s): %d records kept for the next sync", self.directory,
-                  exc.strerror or exc, len(batch.records))
+                  exc.strerror or exc, len(batch.records.data))
 
     def abort_io(self, exc: BaseException) -> None:
         """Trio thread: a write, fsync or compaction failed; the journal refuses further use."""
@@ -673,15 +773,15 @@ class Journal:
             if self._busy:
                 raise JournalError("cannot close during a sync or compaction")
             try:
-                if self._buffer and not discard_pending and self._failure is None:
+                if self._buffer.data and not discard_pending and self._failure is None:
                     self._sync_buffer()
             except JournalOutOfSpaceError as exc:
                 # Their producers never heard "accepted": nothing promised is lost by leaving them out.
                 log.error("%s: closing while out of space: %d buffered records not written (%s)",
-                          self.directory, len(self._buffer), exc)
+                          self.directory, len(self._buffer.data), exc)
             finally:
                 self._state = "closed"
-                self._buffer = []
+                self._buffer = _Records()
                 os.close(self._fd)
                 self._fd = -1
         if self._lock_fd >= 0:

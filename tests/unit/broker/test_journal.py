@@ -22,7 +22,9 @@ from broker.journal import (
     HEADER_BYTES, GroupCommitter, Journal, JournalCorruptError, JournalError, JournalFailedError,
     JournalFormatError, JournalLockedError, StoredMessage,
 )
-from broker.journal_io import T_MESSAGE, decode, encode_header, scan_records
+from broker.journal_io import (
+    AsyncFsync, AsyncFsyncUnavailable, T_MESSAGE, decode, encode_header, open_async_fsync, scan_records,
+)
 from tests.paths import REPO
 from tests.unit.broker.fixtures import FullDisk
 
@@ -447,11 +449,44 @@ while True:
     to_ack = [rid for rid in durable if rid % 3 == 0]
 """
 
+# The same through the Trio group committer (its Linux AIO fsync where there is one; the 64 KiB segments
+# make some batches begin a segment, which go through its worker thread).
+CHILD_COMMITTER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import trio
+from broker.journal import GroupCommitter, Journal
+j = Journal(sys.argv[2], segment_bytes=64 * 1024)
+j.recover()
+
+async def main():
+    committer = GroupCommitter(j)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        i, to_ack = 0, []
+        while True:
+            durable = []
+            for _ in range(25):
+                durable.append(j.append_message("q", b"payload-%08d" % i + b"." * 150))
+                i += 1
+            acking = to_ack
+            for rid in acking:
+                j.append_ack(rid)
+            await committer.wait_durable(durable[-1])  # the acks were appended with them: same sync
+            lines = ["M %d\n" % rid for rid in durable] + ["A %d\n" % rid for rid in acking]
+            sys.stdout.write("".join(lines))
+            sys.stdout.flush()
+            to_ack = [rid for rid in durable if rid % 3 == 0]
+
+trio.run(main)
+"""
+
 
 @pytest.mark.system
-def test_kill_9_mid_run_loses_nothing_reported_durable(tmp_path):
+@pytest.mark.parametrize("child", [CHILD, CHILD_COMMITTER], ids=["sync", "committer"])
+def test_kill_9_mid_run_loses_nothing_reported_durable(tmp_path, child):
     d = tmp_path / "journal"
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(REPO), str(d)],
+    proc = subprocess.Popen([sys.executable, "-c", child, str(REPO), str(d)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines: list[bytes] = []
     try:
@@ -495,12 +530,23 @@ def test_kill_9_mid_run_loses_nothing_reported_durable(tmp_path):
 
 # ---- the Trio group committer -----------------------------------------------------------------------
 
-async def test_group_committer_batches_concurrent_durable_sends(tmp_path, monkeypatch):
+def needs_aio(aio: bool) -> None:
+    """Skip a test of the Linux AIO fsync where the kernel offers none (the committer then uses a thread)."""
+    if aio:
+        fsyncer = open_async_fsync()
+        if fsyncer is None:
+            pytest.skip("Linux AIO fsync is not available here")
+        fsyncer.close()
+
+
+@pytest.mark.parametrize("aio", [True, False], ids=["aio", "worker"])
+async def test_group_committer_batches_concurrent_durable_sends(tmp_path, monkeypatch, aio):
+    needs_aio(aio)
     j, _ = opened(tmp_path)
     fsyncs = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
-    committer = GroupCommitter(j)
+    committer = GroupCommitter(j, aio=aio)
     done = []
 
     async def send(i):
@@ -517,15 +563,19 @@ async def test_group_committer_batches_concurrent_durable_sends(tmp_path, monkey
         nursery.cancel_scope.cancel()
     assert len(done) == 200
     assert 1 <= committer.syncs <= 10, committer.syncs
-    assert j.stats.syncs == committer.syncs == len(fsyncs)
+    # every sync was one fsync: by the kernel (AIO), or in the worker thread
+    assert j.stats.syncs == committer.syncs == (committer.async_fsyncs if aio else len(fsyncs))
+    assert (fsyncs, committer.async_fsyncs) == (([], committer.syncs) if aio else (fsyncs, 0))
     j, got = reopen(j)
     assert sorted(m.record_id for m in got) == sorted(done)
     j.close()
 
 
-async def test_group_committer_reports_a_failed_fsync_to_every_waiter(tmp_path, monkeypatch):
+@pytest.mark.parametrize("aio", [True, False], ids=["aio", "worker"])
+async def test_group_committer_reports_a_failed_fsync_to_every_waiter(tmp_path, monkeypatch, aio):
+    needs_aio(aio)
     j, _ = opened(tmp_path)
-    committer = GroupCommitter(j)
+    committer = GroupCommitter(j, aio=aio)
     rid = j.append_message("q", b"x")
     with pytest.raises(JournalError, match="not running"):
         await committer.wait_durable(rid)
@@ -533,7 +583,11 @@ async def test_group_committer_reports_a_failed_fsync_to_every_waiter(tmp_path, 
     def broken(fd):
         raise OSError(5, "Input/output error")
 
+    async def broken_async(self, fd):
+        broken(fd)
+
     monkeypatch.setattr(os, "fsync", broken)
+    monkeypatch.setattr(AsyncFsync, "fsync", broken_async)
     failures = []
 
     async def send():
@@ -552,6 +606,79 @@ async def test_group_committer_reports_a_failed_fsync_to_every_waiter(tmp_path, 
     with pytest.raises(JournalFailedError):
         j.append_message("q", b"z")
     monkeypatch.undo()
+    j.close()
+
+
+async def test_async_fsync_syncs_a_file_and_reports_a_failure(tmp_path):
+    needs_aio(True)
+    fsyncer = AsyncFsync()
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        os.write(fd, b"x" * 1000)
+        await fsyncer.fsync(fd)  # and again: the context and its eventfd are reused
+        os.write(fd, b"y")
+        await fsyncer.fsync(fd)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as info:  # a real error, not "AIO is unavailable"
+        await fsyncer.fsync(fd)
+    assert not isinstance(info.value, AsyncFsyncUnavailable)
+    fsyncer.close()
+    fsyncer.close()  # idempotent
+
+
+async def test_group_committer_reports_durable_only_after_the_fsync_of_every_written_record(tmp_path, monkeypatch):
+    """The durability rule on the AIO path: a batch is written before its fsync is handed to the kernel,
+    and its records are reported durable only once that fsync has completed."""
+    needs_aio(True)
+    j, _ = opened(tmp_path)
+    segment = segment_files(tmp_path)[-1]
+    events = []
+    real = AsyncFsync.fsync
+
+    async def watched(self, fd):
+        events.append(("submit", os.fstat(fd).st_size))
+        await real(self, fd)
+        events.append(("done",))
+
+    monkeypatch.setattr(AsyncFsync, "fsync", watched)
+    committer = GroupCommitter(j, on_durable=lambda rid: events.append(("durable", rid, segment.stat().st_size)))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        for round_ in range(5):
+            ids = [j.append_message("q", b"round %d message %d" % (round_, i)) for i in range(20)]
+            await committer.wait_durable(ids[-1])
+        nursery.cancel_scope.cancel()
+    assert committer.async_fsyncs == committer.syncs >= 5
+    durable = [i for i, e in enumerate(events) if e[0] == "durable"]
+    assert len(durable) == committer.syncs
+    for i in durable:
+        assert events[i - 2][0] == "submit" and events[i - 1] == ("done",), events[i - 2:i + 1]
+        assert events[i - 2][1] == events[i][2], "records written after their fsync was submitted"
+
+
+async def test_group_committer_falls_back_to_a_worker_fsync_when_the_kernel_refuses_aio(tmp_path, monkeypatch):
+    needs_aio(True)
+    j, _ = opened(tmp_path)
+    fsyncs = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+
+    async def refused(self, fd):
+        raise AsyncFsyncUnavailable(22, "io_submit(IOCB_CMD_FSYNC): Invalid argument")
+
+    monkeypatch.setattr(AsyncFsync, "fsync", refused)
+    committer = GroupCommitter(j)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(committer.run)
+        assert committer.fsyncer is not None
+        await committer.wait_durable(j.append_message("q", b"first"))
+        assert committer.fsyncer is None  # given up on AIO for good
+        await committer.wait_durable(j.append_message("q", b"second"))
+        nursery.cancel_scope.cancel()
+    assert len(fsyncs) == committer.syncs == 2 and committer.async_fsyncs == 0
+    j, got = reopen(j)
+    assert [m.payload for m in got] == [b"first", b"second"]
     j.close()
 
 
@@ -715,4 +842,43 @@ def test_compaction_waits_while_reads_are_out_and_locations_follow_it(tmp_path):
     after = j.locate([ids[1]])
     assert after != before
     assert j.read_payloads([ids[1], ids[99]]) == {ids[1]: bytes([1]) * 100, ids[99]: bytes([99]) * 100}
+    j.close()
+
+
+def test_a_batch_undone_for_lack_of_space_keeps_what_was_appended_meanwhile_in_place(tmp_path):
+    """A batch written while more messages are appended, then undone (out of space): the later messages'
+    places in the buffer move behind the batch's records, and every record is found where it was written."""
+    disk = FullDisk()
+    j, _ = opened(tmp_path, write=disk)
+    first = [j.append_message("q", b"first %d" % i) for i in range(5)]
+    j.sync()
+    disk.full = True
+    batch_ids = [j.append_message("q", b"in the batch %d" % i) for i in range(5)]
+    j.append_ack(first[0])
+    batch = j.begin_sync()
+    later = [j.append_message("q", b"appended meanwhile %d" % i) for i in range(5)]
+    with pytest.raises(OSError):
+        j.write_batch(batch)
+    j.rollback_sync(batch, OSError(28, "No space left on device"))
+    disk.full = False
+    assert j.sync() == batch_ids + later
+    payloads = j.read_payloads(first + batch_ids + later)  # from the files, at the offsets the journal keeps
+    assert payloads == {**{rid: b"first %d" % i for i, rid in enumerate(first[1:], 1)},
+                        **{rid: b"in the batch %d" % i for i, rid in enumerate(batch_ids)},
+                        **{rid: b"appended meanwhile %d" % i for i, rid in enumerate(later)}}
+    j, got = reopen(j)
+    assert [m.record_id for m in got] == first[1:] + batch_ids + later
+    j.close()
+
+
+def test_one_batch_across_several_segments_places_each_message_in_its_own(tmp_path):
+    j, _ = opened(tmp_path, segment_bytes=300)
+    ids = [j.append_message("q", b"%02d" % i * 20) for i in range(12)]
+    j.append_ack(ids[3])
+    assert j.sync() == ids
+    assert len(segment_files(tmp_path)) >= 4
+    assert j.read_payloads(ids) == {rid: b"%02d" % i * 20 for i, rid in enumerate(ids) if i != 3}
+    assert j.stats.live_messages == 11
+    j, got = reopen(j, segment_bytes=300)
+    assert [m.record_id for m in got] == ids[:3] + ids[4:]
     j.close()
