@@ -11,7 +11,7 @@ A journal is a directory of segment files named ``<seq:016d>.tdj`` (``seq`` incr
 ``journal.lock`` (an ``flock`` so two brokers never share a directory). Every segment starts with a
 40-byte header, all integers big-endian::
 
-    magic:8s = b"\\x89TDJRNL\\n" | version:u16 = 1 | flags:u16 = 0 | seq:u64 | first_seq:u64 | next_id:u64 | crc32:u32
+    magic:8s = b"\\x89TDJRNL\\n" | version:u16 = 2 | flags:u16 = 0 | seq:u64 | first_seq:u64 | next_id:u64 | crc32:u32
 
 ``seq`` repeats the file name; ``first_seq`` < ``seq`` marks a compacted segment that replaces every segment
 numbered ``first_seq .. seq-1`` (recovery deletes those leftovers of an interrupted compaction); ``next_id`` is
@@ -22,6 +22,13 @@ covers the preceding 36 bytes. Records follow back to back::
     type 1 MESSAGE  record_id:u64 | delivery_count:u32 | queue_len:u16 | queue:utf-8 | payload
     type 2 ACK      record_id:u64                       the message was acknowledged (or moved): drop it
     type 3 UPDATE   record_id:u64 | delivery_count:u32  durable delivery count for redelivery accounting
+    type 4 ACKS     record_id:u64 ...  (one or more)    the messages were acknowledged (or moved): drop them
+
+Version 2 added ACKS: a sync writes the acknowledgements it carries as ACKS records after all its other
+records (at most :data:`broker.journal_io.ACKS_PER_RECORD` ids each), so an acknowledgement still follows
+its message, in the same segment or a later one; version 1 wrote an ACK per acknowledgement, which
+recovery still reads. A version 1 segment is never appended to: the journal opens a new segment for its
+appends (so a version 1 reader refuses the directory by its version instead of by an unknown record).
 
 A MESSAGE whose payload is a large message reference (:mod:`broker.largemessage`: the message's head and a
 footer naming its file) is an ordinary record here; the journal only keeps ``large_refs`` (record id -> file
@@ -66,10 +73,11 @@ from broker.journal_compact import (  # noqa: F401  (re-exported)
     Segment,
 )
 from broker.journal_io import (  # noqa: F401  (errors re-exported: callers import them from here)
-    ACK_RECORD_BYTES, HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
-    OUT_OF_SPACE, RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_MESSAGE, T_UPDATE, TMP_SUFFIX,
+    ACKS_PER_RECORD, HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
+    OUT_OF_SPACE, RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_ACKS, T_MESSAGE, T_UPDATE, TMP_SUFFIX, VERSION,
+    ack_ids,
     GroupCommitter, JournalCorruptError, JournalError, JournalFailedError, JournalFormatError,
-    JournalLockedError, JournalOutOfSpaceError, create_file, decode, decode_head, encode_ack, encode_header,
+    JournalLockedError, JournalOutOfSpaceError, create_file, decode, decode_head, encode_acks, encode_header,
     encode_message, encode_update, fsync_path, read_header, read_records, scan_records,
     segment_name, write_all,
 )
@@ -140,17 +148,37 @@ class _Records:
     acknowledgements and updates (record ids; an update with its count). Kept as flat lists of what a sync
     needs rather than one tuple per record: a durable message and its acknowledgement are two records."""
 
-    __slots__ = ("data", "size", "messages", "acks", "updates")
+    __slots__ = ("data", "size", "messages", "acks", "updates", "acks_written")
 
     def __init__(self) -> None:
         self.data: list[bytes] = []
         self.size = 0  # bytes in data
         self.messages: list[int] = []
-        self.acks: list[int] = []
+        self.acks: list[int] = []  # written as ACKS records when a sync takes the records (seal)
         self.updates: list[tuple[int, int]] = []
+        self.acks_written = 0  # ACKS records at the end of data (put there by seal)
+
+    def __bool__(self) -> bool:
+        return bool(self.data or self.acks)
+
+    def seal(self) -> None:
+        """Add the acknowledgements as ACKS records after every other record (a sync is taking these)."""
+        acks = self.acks
+        for i in range(0, len(acks), ACKS_PER_RECORD):
+            record = encode_acks(acks[i:i + ACKS_PER_RECORD])
+            self.data.append(record)
+            self.size += len(record)
+            self.acks_written += 1
+
+    def unseal(self) -> None:
+        """Undo :meth:`seal` (the sync did not happen)."""
+        while self.acks_written:
+            self.size -= len(self.data.pop())
+            self.acks_written -= 1
 
     def extend(self, later: _Records) -> None:
-        """Append ``later``'s records after these (its messages' buffer offsets are the caller's business)."""
+        """Append ``later``'s records after these (its messages' buffer offsets are the caller's business;
+        neither may be sealed)."""
         self.data.extend(later.data)
         self.size += later.size
         self.messages.extend(later.messages)
@@ -286,8 +314,9 @@ class Journal:
         kept: list[tuple[int, str, int]] = []
         next_floor = 1
         removed = False
+        version = VERSION
         for seq, path in found:
-            hseq, first_seq, next_id = read_header(path)
+            hseq, first_seq, next_id, version = read_header(path)
             if hseq != seq:
                 raise JournalCorruptError(path, 0, f"header says segment {hseq}, file name says {seq}")
             while kept and kept[-1][0] >= first_seq:
@@ -303,9 +332,9 @@ class Journal:
         for i, (seq, path, _) in enumerate(kept):
             top = max(top, self._scan(seq, path, last=i == len(kept) - 1))
         self._next_id = max(next_floor, top + 1)
-        if not self._segments:
-            seg = self._create_segment(1, 1)
-            self._segments.append(seg)
+        if not self._segments or version != VERSION:  # a version 1 segment is not appended to
+            seq = self._segments[-1].seq + 1 if self._segments else 1
+            self._segments.append(self._create_segment(seq, seq))
         self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self._durable_id = self._next_id - 1
         self._live_count = len(self._messages)
@@ -339,6 +368,9 @@ class Journal:
                 self._messages[rid] = _Live(end - off, count, count, names.setdefault(queue, queue), seq, off)
                 seg.live_bytes += end - off
                 seg.live_count += 1
+            elif kind == T_ACKS:
+                for acked in ack_ids(body):
+                    self._forget(acked)
             elif kind == T_ACK:
                 self._forget(rid)
             elif (m := self._messages.get(rid)) is not None:
@@ -419,10 +451,7 @@ class Journal:
             raise KeyError(f"record {record_id} is not a live message")
         m.acked = True
         self._live_count -= 1
-        buf = self._buffer
-        buf.data.append(encode_ack(record_id))
-        buf.size += ACK_RECORD_BYTES
-        buf.acks.append(record_id)
+        self._buffer.acks.append(record_id)  # written by the sync that takes it (_Records.seal)
         if self.large_refs:
             fid = self.large_refs.pop(record_id, None)
             if fid is not None and self.large is not None:
@@ -443,7 +472,7 @@ class Journal:
     @property
     def pending(self) -> bool:
         """True when buffered records are waiting for a sync."""
-        return bool(self._buffer.data)
+        return bool(self._buffer)
 
     @property
     def durable_id(self) -> int:
@@ -511,7 +540,7 @@ class Journal:
     def sync(self) -> list[int]:
         """BLOCKING. Write every buffered record, fsync once, return the message ids now durable; compacts
         automatically when enough sealed bytes are dead."""
-        wrote = bool(self._buffer.data)
+        wrote = bool(self._buffer)
         ids = self._sync_buffer()
         if wrote:
             plan = self.begin_compaction(force=False)
@@ -521,7 +550,7 @@ class Journal:
 
     def _sync_buffer(self) -> list[int]:
         self._check()
-        if not self._buffer.data:
+        if not self._buffer:
             return []
         batch = self.begin_sync()
         try:
@@ -542,6 +571,7 @@ class Journal:
         self._check()
         self.claim_io()
         records, self._buffer = self._buffer, _Records()
+        records.seal()
         seg = self._segments[-1]
         if seg.size + records.size <= self.segment_bytes:  # the common case: all of it fits
             chunks = [_Chunk(seg.seq, seg.path, records.data, 0, seg.size)]
@@ -676,6 +706,7 @@ class Journal:
             raise
         # The batch's records go back in front of the buffer: what was appended meanwhile moves up by as
         # many bytes in it (a buffered message's offset is its place in the buffer).
+        batch.records.unseal()  # its acknowledgements are written with the next sync's
         later, shift = self._buffer, batch.records.size
         for rid in later.messages:
             self._messages[rid].offset += shift
@@ -773,12 +804,12 @@ class Journal:
             if self._busy:
                 raise JournalError("cannot close during a sync or compaction")
             try:
-                if self._buffer.data and not discard_pending and self._failure is None:
+                if self._buffer and not discard_pending and self._failure is None:
                     self._sync_buffer()
             except JournalOutOfSpaceError as exc:
                 # Their producers never heard "accepted": nothing promised is lost by leaving them out.
                 log.error("%s: closing while out of space: %d buffered records not written (%s)",
-                          self.directory, len(self._buffer.data), exc)
+                          self.directory, len(self._buffer.data) + len(self._buffer.acks), exc)
             finally:
                 self._state = "closed"
                 self._buffer = _Records()

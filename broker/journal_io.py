@@ -12,6 +12,7 @@ available.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import logging
@@ -19,6 +20,7 @@ import os
 import platform
 import re
 import struct
+import sys
 import zlib
 from typing import TYPE_CHECKING, Iterator
 
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker.journal")
 
 MAGIC = b"\x89TDJRNL\n"  # high byte + newline catch 7-bit and text-mode mangling, like PNG's signature
-VERSION = 1
+VERSION = 2  # 2: ACKS records (type 4); segments of version 1 (types 1-3 only) are read as well
+READABLE_VERSIONS = (1, 2)
 _HEADER = struct.Struct(">8sHHQQQ")
 _U32 = struct.Struct(">I")
 HEADER_BYTES = _HEADER.size + _U32.size
@@ -39,7 +42,10 @@ RECORD_HEADER_BYTES = _RECORD.size
 MSG = struct.Struct(">BQIH")
 ACK = struct.Struct(">BQ")
 UPDATE = struct.Struct(">BQI")
-T_MESSAGE, T_ACK, T_UPDATE = 1, 2, 3
+T_MESSAGE, T_ACK, T_UPDATE, T_ACKS = 1, 2, 3, 4
+# Record ids per ACKS record: a sync with more acknowledgements writes several (keeps each record far below
+# MAX_RECORD_BYTES).
+ACKS_PER_RECORD = 65536
 
 # A record length above this is read as corruption instead of an allocation attempt; it is far above any
 # message size the broker accepts.
@@ -135,6 +141,25 @@ def encode_update(record_id: int, delivery_count: int) -> bytes:
     return _RECORD.pack(UPDATE.size, zlib.crc32(body, _UPDATE_LENGTH_CRC)) + body
 
 
+def encode_acks(record_ids: list[int]) -> bytes:
+    """One ACKS record for ``record_ids`` (at most :data:`ACKS_PER_RECORD`): a sync writes the
+    acknowledgements it carries as one record after its other records, packed by one call."""
+    ids = array.array("Q", record_ids)
+    if sys.byteorder == "little":
+        ids.byteswap()
+    body = b"%c%b" % (T_ACKS, ids)
+    length = _U32.pack(len(body))
+    return length + _U32.pack(zlib.crc32(body, zlib.crc32(length))) + body
+
+
+def ack_ids(body) -> list[int]:
+    """The record ids of a checked ACKS record body (bytes or memoryview)."""
+    ids = array.array("Q", bytes(body[1:]))
+    if sys.byteorder == "little":
+        ids.byteswap()
+    return ids.tolist()
+
+
 def decode(body: bytes) -> tuple[int, int, int, str, bytes]:
     """``(type, record_id, delivery_count, queue, payload)`` of a checked record body; ValueError (or
     struct.error / UnicodeDecodeError) when it does not parse."""
@@ -149,7 +174,15 @@ def decode(body: bytes) -> tuple[int, int, int, str, bytes]:
     if kind == T_UPDATE:
         _, rid, count = UPDATE.unpack(body)
         return kind, rid, count, "", b""
+    if kind == T_ACKS:
+        _check_acks(body)
+        return kind, 0, 0, "", b""
     raise ValueError(f"unknown record type {kind}")
+
+
+def _check_acks(body) -> None:
+    if len(body) < 9 or (len(body) - 1) % 8:
+        raise ValueError(f"an ACKS record of {len(body)} bytes is not a list of record ids")
 
 
 def decode_head(body) -> tuple[int, int, int, str]:
@@ -166,6 +199,9 @@ def decode_head(body) -> tuple[int, int, int, str]:
     if kind == T_UPDATE:
         _, rid, count = UPDATE.unpack(body)
         return kind, rid, count, ""
+    if kind == T_ACKS:
+        _check_acks(body)
+        return kind, 0, 0, ""
     raise ValueError(f"unknown record type {kind}")
 
 
@@ -203,8 +239,8 @@ def read_records(locations: list[tuple[int, str, int, int]]) -> list[tuple[int, 
 
 # ---- reading --------------------------------------------------------------------------------------------
 
-def read_header(path: str) -> tuple[int, int, int]:
-    """``(seq, first_seq, next_id)`` of a segment; a clear error for foreign or damaged files."""
+def read_header(path: str) -> tuple[int, int, int, int]:
+    """``(seq, first_seq, next_id, version)`` of a segment; a clear error for foreign or damaged files."""
     with open(path, "rb") as f:
         raw = f.read(HEADER_BYTES)
     if raw[:len(MAGIC)] != MAGIC:
@@ -212,13 +248,14 @@ def read_header(path: str) -> tuple[int, int, int]:
     if len(raw) < HEADER_BYTES:
         raise JournalCorruptError(path, len(raw), "segment header is truncated")
     _magic, version, _flags, seq, first_seq, next_id = _HEADER.unpack_from(raw)
-    if version != VERSION:
-        raise JournalFormatError(f"{path}: journal format version {version}, this code reads {VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise JournalFormatError(f"{path}: journal format version {version}, this code reads "
+                                 f"{' and '.join(map(str, READABLE_VERSIONS))}")
     if _U32.unpack_from(raw, _HEADER.size)[0] != zlib.crc32(raw[:_HEADER.size]):
         raise JournalCorruptError(path, 0, "segment header checksum mismatch")
     if first_seq > seq:
         raise JournalCorruptError(path, 0, f"header first_seq {first_seq} is after seq {seq}")
-    return seq, first_seq, next_id
+    return seq, first_seq, next_id, version
 
 
 def scan_records(path: str, data: bytes, *, last: bool, fsync: bool) -> Iterator[tuple[int, int, memoryview]]:

@@ -23,8 +23,10 @@ from broker.journal import (
     JournalFormatError, JournalLockedError, StoredMessage,
 )
 from broker.journal_io import (
-    AsyncFsync, AsyncFsyncUnavailable, T_MESSAGE, decode, encode_header, open_async_fsync, scan_records,
+    MAGIC, T_ACKS, T_MESSAGE, AsyncFsync, AsyncFsyncUnavailable, ack_ids, decode, decode_head, encode_ack,
+    encode_header, encode_message, open_async_fsync, read_header, scan_records,
 )
+from broker.journal_io import segment_name
 from tests.paths import REPO
 from tests.unit.broker.fixtures import FullDisk
 
@@ -228,10 +230,11 @@ def test_rotation_then_compaction_drops_acked_segments(tmp_path):
     assert before.segments == len(segment_files(tmp_path)) >= 6
     for rid in ids[:40]:
         j.append_ack(rid)
-    j.sync()
-    result = j.compact()
+    j.sync()  # drops the leading fully acknowledged segments by itself ...
+    result = j.compact()  # ... and the rest of the sealed ones are rewritten
     after = j.stats
-    assert result.segments_removed >= 3
+    assert result.segments_removed >= 1 and result.segments_rewritten == 1
+    assert after.segments <= before.segments - 5  # the 40 acknowledged messages filled 5 segments
     assert after.segments == len(segment_files(tmp_path)) < before.segments
     assert after.bytes_on_disk == sum(p.stat().st_size for p in segment_files(tmp_path)) < before.bytes_on_disk
     assert after.live_messages == 20
@@ -284,11 +287,11 @@ def test_sync_compacts_automatically_so_disk_use_stays_bounded(tmp_path):
 
 def test_record_ids_are_not_reused_after_compaction_dropped_every_message(tmp_path):
     j, _ = opened(tmp_path, segment_bytes=512, compact_dead_bytes=10**9)
-    ids = [j.append_message("q", b"m" * 40) for _ in range(30)]
+    ids = [j.append_message("q", b"m" * 40) for _ in range(28)]  # 4 full segments of 7 records of 64 bytes
     j.sync()
     for rid in ids:
         j.append_ack(rid)
-    j.sync()
+    j.sync()  # their ACKS record starts a 5th segment: every message record is in a sealed one
     j.compact()
     j.close()
     remaining = [decode(body)[0] for p in segment_files(tmp_path)
@@ -866,6 +869,9 @@ def test_a_batch_undone_for_lack_of_space_keeps_what_was_appended_meanwhile_in_p
     assert payloads == {**{rid: b"first %d" % i for i, rid in enumerate(first[1:], 1)},
                         **{rid: b"in the batch %d" % i for i, rid in enumerate(batch_ids)},
                         **{rid: b"appended meanwhile %d" % i for i, rid in enumerate(later)}}
+    acks = [rid for p in segment_files(tmp_path) for _o, _e, body in scan_records(str(p), p.read_bytes(),
+            last=True, fsync=False) if body[0] == T_ACKS for rid in ack_ids(body)]
+    assert acks == [first[0]]  # written once, by the sync that succeeded
     j, got = reopen(j)
     assert [m.record_id for m in got] == first[1:] + batch_ids + later
     j.close()
@@ -882,3 +888,83 @@ def test_one_batch_across_several_segments_places_each_message_in_its_own(tmp_pa
     j, got = reopen(j, segment_bytes=300)
     assert [m.record_id for m in got] == ids[:3] + ids[4:]
     j.close()
+
+
+# ---- acknowledgements: one ACKS record per sync (format version 2) ---------------------------------
+
+def records_of(path: Path) -> list[tuple[int, int]]:
+    """``(type, record id)`` of each record of a segment (an ACKS record's ids one by one)."""
+    out = []
+    for _o, _e, body in scan_records(str(path), path.read_bytes(), last=True, fsync=False):
+        kind, rid, _count, _queue = decode_head(body)
+        out += [(kind, acked) for acked in ack_ids(body)] if kind == T_ACKS else [(kind, rid)]
+    return out
+
+
+def test_a_sync_writes_its_acknowledgements_as_one_record_after_its_messages(tmp_path):
+    j, _ = opened(tmp_path)
+    first = [j.append_message("q", b"first %d" % i) for i in range(4)]
+    j.sync()
+    second = [j.append_message("q", b"second %d" % i) for i in range(3)]
+    for rid in (first[1], second[0], first[3]):  # interleaved with appends, in any order
+        j.append_ack(rid)
+    j.append_message("q", b"third")
+    j.sync()
+    segment = segment_files(tmp_path)[-1]
+    bodies = [body for _o, _e, body in scan_records(str(segment), segment.read_bytes(), last=True, fsync=False)]
+    assert [b[0] for b in bodies] == [T_MESSAGE] * 8 + [T_ACKS]
+    assert ack_ids(bodies[-1]) == [first[1], second[0], first[3]]
+    assert read_header(str(segment))[3] == 2
+    j, got = reopen(j)
+    assert [m.record_id for m in got] == [first[0], first[2], second[1], second[2], second[2] + 1]
+    j.close()
+
+
+def test_acknowledgements_beyond_one_record_are_split(tmp_path, monkeypatch):
+    import broker.journal
+
+    monkeypatch.setattr(broker.journal, "ACKS_PER_RECORD", 3)
+    j, _ = opened(tmp_path)
+    ids = [j.append_message("q", b"%d" % i) for i in range(10)]
+    j.sync()
+    for rid in ids[:8]:
+        j.append_ack(rid)
+    j.sync()
+    kinds = [k for k, _rid in records_of(segment_files(tmp_path)[-1])]
+    assert kinds == [T_MESSAGE] * 10 + [T_ACKS] * 8
+    assert len([b for _o, _e, b in scan_records(str(segment_files(tmp_path)[-1]),
+                                                 segment_files(tmp_path)[-1].read_bytes(), last=True,
+                                                 fsync=False) if b[0] == T_ACKS]) == 3
+    j, got = reopen(j)
+    assert [m.record_id for m in got] == ids[8:]
+    j.close()
+
+
+def test_a_version_1_journal_is_read_and_not_appended_to(tmp_path):
+    """Version 1 wrote one ACK record per acknowledgement; its segments are read as they are, and new
+    records go to a new (version 2) segment, so that a version 1 broker refuses the directory by version."""
+    import struct
+    import zlib
+
+    head = struct.pack(">8sHHQQQ", MAGIC, 1, 0, 1, 1, 1)
+    old = (head + struct.pack(">I", zlib.crc32(head)) + encode_message(1, b"q", b"one", 0)
+           + encode_message(2, b"q", b"two", 3) + encode_ack(1))
+    (tmp_path / segment_name(1)).write_bytes(old)
+    j, got = opened(tmp_path)
+    assert got == [StoredMessage(2, "q", b"two", 3)]
+    rid = j.append_message("q", b"three")
+    j.append_ack(j.append_message("q", b"four"))
+    j.sync()
+    j.close()
+    files = segment_files(tmp_path)
+    assert [f.name for f in files] == [segment_name(1), segment_name(2)]
+    assert files[0].read_bytes() == old
+    assert read_header(str(files[1]))[1:] == (2, 3, 2)  # first_seq 2, next_id 3, version 2
+    assert [k for k, _rid in records_of(files[1])] == [T_MESSAGE, T_MESSAGE, T_ACKS]
+    j, got = opened(tmp_path)
+    assert got == [StoredMessage(2, "q", b"two", 3), StoredMessage(rid, "q", b"three", 0)]
+    j.close()
+    with pytest.raises(JournalFormatError, match="version 9, this code reads 1 and 2"):
+        head = struct.pack(">8sHHQQQ", MAGIC, 9, 0, 3, 3, 4)
+        (tmp_path / segment_name(3)).write_bytes(head + struct.pack(">I", zlib.crc32(head)))
+        Journal(tmp_path).recover()
