@@ -56,6 +56,10 @@ REASON_MAX_DELIVERY_ATTEMPTS = "max-delivery-attempts"
 _SECTION_AFTER_HEADER = frozenset(range(0x71, 0x78))   # delivery-annotations .. footer
 _BOOL = {0x41: True, 0x42: False, 0x40: False}
 _HEADER_DEFAULTS = (False, DEFAULT_PRIORITY, None, 0)
+# The header a durable message has when nothing else in it is set, as AMQP client libraries write it: a
+# list8 of one field, durable = true (§3.2.1). Recognised whole, without the field loop.
+_DURABLE_ONLY = b"\xc0\x02\x01\x41"
+_DURABLE_DEFAULTS = (True, DEFAULT_PRIORITY, None, 0)
 
 
 def _uint_at(b: bytes, p: int):
@@ -88,6 +92,8 @@ def _fast_header(b: bytes):
     c = b[3]
     if c == 0x45:
         return _HEADER_DEFAULTS
+    if b[3:7] == _DURABLE_ONLY:
+        return _DURABLE_DEFAULTS
     if c != 0xC0 or len(b) < 6:
         return None
     end = 5 + b[4]
@@ -143,7 +149,8 @@ class QueuedMessage:
     __slots__ = ("record_id", "payload", "priority", "expires_at", "delivery_count", "durable",
                  "enqueued_at", "seq", "excluded", "not_before", "mirror")
 
-    def __init__(self, payload: bytes, *, record_id: int | None = None, priority: int = DEFAULT_PRIORITY,
+    # Positional or keyword: from_bytes passes them by position, once per message (half the cost of keywords).
+    def __init__(self, payload: bytes, record_id: int | None = None, priority: int = DEFAULT_PRIORITY,
                  expires_at: int | None = None, delivery_count: int = 0, durable: bool = False,
                  enqueued_at: int = 0):
         self.record_id = record_id
@@ -179,8 +186,7 @@ class QueuedMessage:
             expires = now_ms + ttl
         else:
             expires = None
-        return cls(payload, record_id=record_id, priority=priority, expires_at=expires,
-                   delivery_count=delivery_count, durable=durable, enqueued_at=now_ms)
+        return cls(payload, record_id, priority, expires, delivery_count, durable, now_ms)
 
     def outgoing(self) -> bytes:
         """The bytes to transfer: ``payload`` with its header delivery-count brought up to date (the
