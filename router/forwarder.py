@@ -66,12 +66,12 @@ from typing import Callable, Protocol
 
 from wire import raw
 from wire.annotations import ROUTER_PREFIX, strip_router_annotations
-from wire.assembly import KEEP, STREAM
+from wire.assembly import DISCARD, KEEP, STREAM
 from wire.codec import CodecError, message_to
 from router.addresses import CLOSEST, MULTICAST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
 from router.budget import BufferBudget
 from router.links import InDelivery, RouterLink
-from router.streams import INTER_ROUTER_SESSION_WINDOW
+from router.streams import INTER_ROUTER_SESSION_WINDOW, MAX_HEAD_BYTES
 
 log = logging.getLogger("router.core")
 
@@ -209,12 +209,22 @@ class Forwarder:
         past the router-wide limit the connections holding bytes are paused. A large one is streamed
         (router/streams.py) once its head is in."""
         streams = self.streams
-        if streams is not None and streams.wanted(rl, d, held):
-            return STREAM
+        if streams is not None:
+            if streams.wanted(rl, d, held):
+                return STREAM
+            if streams.head_too_long(held):
+                return DISCARD  # dropped as it arrives; on_message(None) refuses it once complete
         budget = self.budget
         if budget.total > budget.total_high:
             budget.over(rl.conn)
         return KEEP
+
+    def _refuse_headless(self, rl: RouterLink, d) -> None:
+        ind = InDelivery(None if _delivery_settled(d) else d, rl, b"", self.coarse_now)
+        rl.delivery_count += 1
+        rl.outstanding += 1
+        self.reject(ind, "amqp:decode-error", f"no message head (header, annotations, properties) in its "
+                                              f"first {MAX_HEAD_BYTES} bytes")
 
     def on_chunk(self, engine, rl: RouterLink, d, chunk: bytes, end: int) -> None:
         """Bytes of a streamed message (router/streams.py)."""
@@ -244,8 +254,11 @@ class Forwarder:
 
     # -- arrival ------------------------------------------------------------------------------------
     def on_message(self, engine, rl: RouterLink, d, msg: bytes | None) -> None:
-        """A complete message arrived on incoming link ``rl`` (already advanced past). Never None: the
-        forwarder does not discard messages while they arrive."""
+        """A complete message arrived on incoming link ``rl`` (already advanced past). None: one whose
+        head never came (dropped while it arrived, see on_partial), refused here."""
+        if msg is None:
+            self._refuse_headless(rl, d)
+            return
         presettled = _delivery_settled(d)
         if presettled:
             _delivery_settle(d)

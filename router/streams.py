@@ -33,9 +33,13 @@ copy that failed (modified, delivery-failed) but settled only once it has sent t
 an incoming delivery still arriving would leave its remaining frames without a delivery). When no copy is
 left to feed, the rest of the message is read and dropped.
 
-Not streamed (assembled whole, bounded by ``maxMessageSize``): a message whose head does not fit in the
-bytes first read, one bound for a router-internal endpoint, one arriving on a policed connection whose check
-needs the head refused (the check runs on the head: a refused message is read and dropped, then rejected).
+A message whose head did not fit in the bytes first read (it began at the end of a read) is looked at again
+over everything kept each time that doubles; one with no head in ``MAX_HEAD_BYTES`` is dropped as it arrives
+and rejected (``amqp:decode-error``) at its end.
+
+Not streamed (assembled whole, bounded by ``maxMessageSize``): one bound for a router-internal endpoint, one
+arriving on a policed connection whose check needs the head refused (the check runs on the head: a refused
+message is read and dropped, then rejected).
 """
 
 from __future__ import annotations
@@ -58,6 +62,11 @@ STREAM_RESUME_BYTES = 512 * 1024
 # where it resumes: a few socket buffers, so a slow consumer slows its producer, not the router's memory.
 STREAM_OUTPUT_HIGH = 2 * 1024 * 1024
 STREAM_OUTPUT_LOW = 512 * 1024
+# The most a message may hold without its head (header, annotations and properties: what the router
+# parses) being complete: a legitimate head is a few KiB; one longer than this, or bytes that never
+# parse as a message start, are refused with amqp:decode-error instead of held whole (the router could
+# neither route nor stream them).
+MAX_HEAD_BYTES = 16 * 1024 * 1024
 # Incoming window of an inter-router data session, in bytes the router has not read (AMQP 1.0 §2.5.6):
 # what a held stream can leave buffered per data session; large enough not to slow small messages.
 INTER_ROUTER_SESSION_WINDOW = 8 * 1024 * 1024
@@ -115,11 +124,26 @@ class Streams:
 
     # -- starting ---------------------------------------------------------------------------------
     def wanted(self, rl, d, held: int) -> bool:
-        """Stream this delivery? Once it is large enough and its head is among the bytes first read."""
+        """Stream this delivery? Once it is large enough and its head is in. The head is looked for in the
+        first chunk kept; when it did not fit there (a message can begin at the end of a read), the kept
+        chunks are joined and looked at again each time the bytes kept have doubled since."""
         if held < STREAM_AFTER_BYTES:
             return False
         first = self.assembler.first_bytes(d)
-        return first is not None and head_end(first) is not None
+        if first is None:
+            return False
+        if head_end(first) is not None:
+            return True
+        if held < 2 * len(first):
+            return False
+        return head_end(self.assembler.coalesce(d)) is not None
+
+    @staticmethod
+    def head_too_long(held: int) -> bool:
+        """After :meth:`wanted` said no: has the delivery kept MAX_HEAD_BYTES without a head? (Then it
+        is refused rather than held whole: its sections before application-properties are absurdly long,
+        or it does not begin as a message.)"""
+        return held > MAX_HEAD_BYTES
 
     def on_chunk(self, engine, rl, d, chunk: bytes, end: int) -> None:
         """The engine's bytes of a streamed delivery (wire.assembly: MORE 0, LAST 1, ABORTED 2)."""

@@ -279,6 +279,15 @@ class MessageAssembler:
         p = self.partials.get(key)
         return p.chunks[0] if p is not None and p.chunks else None
 
+    def coalesce(self, key) -> bytes | None:
+        """Join the chunks kept of a delivery in progress into one (its first); that chunk, or None."""
+        p = self.partials.get(key)
+        if p is None or not p.chunks:
+            return None
+        if len(p.chunks) > 1:
+            p.chunks = [b"".join(p.chunks)]
+        return p.chunks[0]
+
     def size_of(self, key) -> int:
         """Bytes arrived so far of a delivery in progress (0 when none)."""
         p = self.partials.get(key)

@@ -8,7 +8,7 @@ from proton import Message
 
 from wire import raw
 from router.streams import STREAM_AFTER_BYTES, STREAM_HOLD_BYTES
-from tests.unit.enginepair import ACCEPTED, MODIFIED, RELEASED, RouterHarness, encode, pump
+from tests.unit.enginepair import ACCEPTED, MODIFIED, REJECTED, RELEASED, RouterHarness, encode, pump
 
 BIG = 3 * 1024 * 1024
 
@@ -188,3 +188,57 @@ def test_consumer_leaving_before_its_copy_started_lets_the_held_stream_go_on():
         h.pump()
     assert not streams.held and not streams and not prod.router_engine.read_paused
     assert d.settled and d.remote_state == RELEASED
+
+
+def _send_in_pieces(h, snd, tag: bytes, pieces):
+    d = snd.delivery(tag)
+    for piece in pieces:
+        snd.send(piece)
+        h.pump()
+    snd.advance()
+    h.pump()
+    return d
+
+
+def test_a_large_message_whose_head_is_not_in_its_first_bytes_still_streams():
+    """A message can begin at the end of a read: its first chunk then holds only the start of its head.
+    It is looked for again over what was kept (once the kept bytes doubled), so the message streams
+    instead of being held whole."""
+    h, prod, cons, snd, rcv = setup()
+    data = big_message(4 * 1024 * 1024, address="q", subject="s" * 300)
+    step = 256 * 1024
+    d = _send_in_pieces(h, snd, b"late-head", [data[:12]] + [data[i:i + step] for i in range(12, len(data), step)])
+    assert h.router.streams.started == 1
+    [got] = cons.received(rcv)
+    assert got.data == data
+    got.delivery.update(ACCEPTED)
+    got.delivery.settle()
+    h.pump()
+    assert d.remote_state == ACCEPTED and d.settled
+
+
+def test_bytes_that_never_form_a_message_head_are_dropped_as_they_arrive_and_rejected():
+    """Past MAX_HEAD_BYTES without a head (here: bytes that do not start a message) the router neither
+    routes nor keeps the delivery: it drops it as it arrives and rejects it with amqp:decode-error at its
+    end; the link carries on."""
+    from router.streams import MAX_HEAD_BYTES
+
+    h, prod, cons, snd, rcv = setup()
+    piece = b"\xff" * (1024 * 1024)
+    pieces = [piece] * (MAX_HEAD_BYTES // len(piece) + 4)
+    kept = []
+    d = snd.delivery(b"garbage")
+    for p in pieces:
+        snd.send(p)
+        h.pump()
+        kept.append(h.router.assembly.total)
+    snd.advance()
+    h.pump()
+    assert max(kept) <= MAX_HEAD_BYTES + 2 * len(piece)  # never the whole delivery
+    assert kept[-1] == 0  # dropped once past the mark
+    assert d.remote_state == REJECTED and d.settled
+    assert d.remote.condition.name == "amqp:decode-error"
+    assert h.router.streams.started == 0 and not cons.received(rcv)
+    prod.send(snd, body="after")
+    h.pump()
+    assert cons.bodies(rcv) == ["after"]
