@@ -101,6 +101,7 @@ class Partial:
 
 _recv_all = raw.recv_all
 _link_advance = raw.link_advance
+_link_current = raw.link_current
 _delivery_readable = raw.delivery_readable
 _delivery_partial = raw.delivery_partial
 _delivery_aborted = raw.delivery_aborted
@@ -204,6 +205,7 @@ class MessageAssembler:
             _link_advance(lp)
             raw.delivery_settle(d)
             rec.owner.on_chunk(engine, rec, d, b"", ABORTED)
+            self._next_after_held(engine, rec, lp)
             return
         chunk = _recv_all(lp)
         n = len(chunk)
@@ -220,6 +222,16 @@ class MessageAssembler:
         del self.partials[d]
         _link_advance(lp)
         rec.owner.on_chunk(engine, rec, d, chunk, LAST)
+        self._next_after_held(engine, rec, lp)
+
+    def _next_after_held(self, engine, rec, lp) -> None:
+        """A streamed delivery ended and the link moved to its next one. While the stream was held off it
+        stayed the link's current delivery, so the next one's events found it unreadable and were passed
+        over; when it is all in the engine already no further event comes. Read it now (harmless when
+        its events are still to come: there is then nothing new to read)."""
+        nd = _link_current(lp)
+        if nd:
+            self.incoming(engine, rec, nd, lp)
 
     def hold_off(self, d) -> None:
         """Read no more of streamed delivery ``d`` until :meth:`resume` (its owner has no room)."""

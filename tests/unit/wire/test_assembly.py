@@ -286,6 +286,30 @@ def test_held_off_stream_reads_nothing_until_resumed_and_is_never_stalled():
     assert _streamed(app) == big and app.chunks[-1][1] == LAST
 
 
+def test_a_delivery_that_arrives_whole_behind_a_held_stream_is_read_when_the_stream_ends():
+    """While a streamed delivery is held off it stays the link's current one, so the events of the next
+    delivery on the link find it unreadable. When the held one ends, the next one (all of it already in
+    the engine, so no further event comes) must still be read: it was lost, and its producer waited for
+    ever (seen with rhea's 3 MB messages across two routers)."""
+    app = App(verdict=STREAM)
+    app.hold = True
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    first, second = payload(20_000), payload(20_000)
+    d1 = peer.send(snd, first)
+    d2 = peer.send(snd, second)  # all of it arrives while the first is held
+    pump(pipe)
+    [held] = list(app.assembler.partials)
+    app.hold = False
+    app.assembler.resume(app.engine, held)
+    pump(pipe)
+    assert _streamed(app) == first and app.chunks[-1][1] == LAST
+    assert app.messages == [second]  # all of it was in: read whole
+    assert d1.remote_state == d1.ACCEPTED and d2.remote_state == d2.ACCEPTED
+    assert not app.assembler
+
+
 def test_aborted_stream_ends_with_aborted():
     app = App(verdict=STREAM)
     peer, pipe = connect(app)
