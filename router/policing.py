@@ -93,7 +93,7 @@ class Policing:
         if raw.count_sessions(engine.connection) >= cp.group.maxSessions:
             cp.session_refused()
             return RESOURCE_LIMIT_EXCEEDED, f"{SESSION_DISALLOWED}: maxSessions {cp.group.maxSessions} reached"
-        raw.lib.pn_session_set_incoming_capacity(session, cp.group.maxSessionWindow)
+        raw.session_set_incoming_capacity(session, cp.group.maxSessionWindow)
         return None
 
     @staticmethod

@@ -160,6 +160,9 @@ def send_unique_tagged(link, seq: int, payload: bytes, unsettled: int):
 # -- streamed deliveries (a message sent frame by frame as its bytes arrive) --------------------------
 _pn_delivery_abort = lib.pn_delivery_abort
 _pn_session_set_incoming_capacity = lib.pn_session_set_incoming_capacity
+_pn_session_connection = lib.pn_session_connection
+_pn_connection_transport = lib.pn_connection_transport
+_pn_transport_get_max_frame = lib.pn_transport_get_max_frame
 
 
 def begin_ring_tagged(link, seq: int, payload: bytes):
@@ -194,8 +197,13 @@ def delivery_abort(d) -> None:
 def session_set_incoming_capacity(session, nbytes: int) -> None:
     """Bound the bytes proton buffers for a session's incoming deliveries that the application has not read:
     the session's incoming-window (AMQP 1.0 §2.5.6) closes when they reach ``nbytes``, so a sender stops
-    sending on that session alone while its other sessions keep flowing."""
-    _pn_session_set_incoming_capacity(session, nbytes)
+    sending on that session alone while its other sessions keep flowing.
+
+    At least one frame of the connection's max-frame-size: proton closes the whole connection with
+    ``amqp:internal-error`` ("session capacity ... is less than frame size") when the capacity is smaller,
+    which a large configured ``maxFrameSize`` would otherwise cause."""
+    frame = _pn_transport_get_max_frame(_pn_connection_transport(_pn_session_connection(session)))
+    _pn_session_set_incoming_capacity(session, nbytes if nbytes >= frame else frame)
 
 
 def copy_outcome(src, dst) -> int:

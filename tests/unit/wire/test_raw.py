@@ -640,3 +640,23 @@ def test_session_incoming_capacity_stops_the_sender_until_read():
     assert 0 < first <= 256 * 1024  # the window held the rest at the sender
     pump(p)
     assert 0 < len(raw.recv_all(r._impl)) <= 256 * 1024  # reading reopened it
+
+
+def test_session_incoming_capacity_below_the_frame_size_is_one_frame_not_a_dead_connection():
+    """proton closes the connection (amqp:internal-error) when a session's capacity is below the
+    max-frame-size; a capacity set through wire.raw is raised to one frame instead."""
+    big = 16 * 1024 * 1024
+    a = Peer(max_frame_size=big)
+    b = Peer(server=True, auto_read=False, max_frame_size=big)
+    p = Pipe(a, b)
+    pump(p)
+    s, r = _in_link(a, b, p, credit=0)
+    raw.session_set_incoming_capacity(raw.link_session(r._impl), 8 * 1024 * 1024)
+    r.flow(1)
+    pump(p)
+    assert r.session.incoming_capacity == big
+    raw.begin_ring_tagged(s._impl, 1, b"x" * 1000)
+    raw.link_advance(s._impl)
+    pump(p)
+    assert len(raw.recv_all(r._impl)) == 1000
+    assert not b.transport.condition and not a.transport.condition
