@@ -309,11 +309,13 @@ def console_root(entity) -> Path | None:
 
 def bind_http_listener(entity, announce=print) -> list:
     """Bind one ``http: yes`` listener now (OSError: the port is taken) and announce it as every listener
-    is announced, with ``role http``; returns the trio listeners for :func:`serve_http_listener`."""
+    is announced, with ``role http`` (``role https`` when it has an sslProfile); returns the trio listeners
+    for :func:`serve_http_listener`."""
     listeners = bind_tcp_listeners(entity.get("host") or "", int(entity["port"]))
+    role = "https" if entity.get("sslProfile") else "http"
     for lst in listeners:
         h, p = lst.socket.getsockname()[:2]
-        announce(f"tdrouterd: listening on {h}:{p} (listener {entity.get('name') or '-'}, role http)", flush=True)
+        announce(f"tdrouterd: listening on {h}:{p} (listener {entity.get('name') or '-'}, role {role})", flush=True)
     return listeners
 
 

@@ -268,11 +268,14 @@ class ConsoleApp:
 
 def _same_origin(request: HttpRequest) -> bool:
     """A browser names the page's origin in ``Origin``; a request from another site's page must not use the
-    credentials the browser keeps for this one (tools send no Origin and are not affected)."""
+    credentials the browser keeps for this one (tools send no Origin and are not affected). An origin is
+    scheme, host and port (RFC 6454 §4): a plain-HTTP page at the same host and port is another origin
+    than this HTTPS listener, and the other way round."""
     origin = request.header("origin")
     if origin is None:
         return True
-    return origin.split("://", 1)[-1].rstrip("/") == (request.header("host") or "")
+    scheme = "https" if request.tls is not None else "http"
+    return origin.rstrip("/") == f"{scheme}://{request.header('host') or ''}"
 
 
 def _cross_site_refusal(request: HttpRequest) -> HttpResponse | None:

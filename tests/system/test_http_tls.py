@@ -105,6 +105,7 @@ QUERY_ROUTER = {"operation": "QUERY", "entityType": "router", "attributeNames": 
 def test_router_https_listener_serves_healthz_metrics_and_management(router_factory, pki):
     router = router_factory(profile(pki) + https_listener("    requireSsl: yes\n"))
     port = router.ports["web"]
+    assert router.listeners["web"].role == "https"  # its start-up line says what it serves
     ctx = client_context(pki)
     status, body = https(port, "/healthz", ctx)
     assert status == 200 and json.loads(body)["status"] == "ready"

@@ -229,6 +229,19 @@ async def test_another_sites_page_cannot_use_management():
     ws = request("GET", "/api/ws")
     ws.headers.update(origin="http://evil.example", host="127.0.0.1:8672")
     assert app.websocket_refusal(ws).status == 403
+    # An origin is scheme, host and port: a plain page at the same host and port is not this HTTPS site.
+    over_tls = TlsPeerInfo("TLSv1.3", "TLS_AES_256_GCM_SHA384", 256, None)
+    plain_page = request("POST", "/api/management", create)
+    plain_page.tls = over_tls
+    plain_page.headers.update(origin="http://127.0.0.1:8672", host="127.0.0.1:8672")
+    assert (await app.handle(plain_page)).status == 403
+    tls_page = request("GET", "/api/ws")
+    tls_page.tls = over_tls
+    tls_page.headers.update(origin="https://127.0.0.1:8672", host="127.0.0.1:8672")
+    assert app.websocket_refusal(tls_page) is None
+    https_origin_on_plain = request("GET", "/api/ws")
+    https_origin_on_plain.headers.update(origin="https://127.0.0.1:8672", host="127.0.0.1:8672")
+    assert app.websocket_refusal(https_origin_on_plain).status == 403
 
 
 async def test_management_cannot_create_an_http_listener():
