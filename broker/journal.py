@@ -77,7 +77,7 @@ from broker.journal_io import (  # noqa: F401  (errors re-exported: callers impo
     OUT_OF_SPACE, RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_ACKS, T_MESSAGE, T_UPDATE, TMP_SUFFIX, VERSION,
     ack_ids,
     GroupCommitter, JournalCorruptError, JournalError, JournalFailedError, JournalFormatError,
-    JournalLockedError, JournalOutOfSpaceError, create_file, decode, decode_head, encode_acks, encode_header,
+    JournalLockedError, JournalOutOfSpaceError, create_file, decode, decode_head, encode_acks, encode_header, MessageEncoder,
     encode_message, encode_update, fsync_path, read_header, read_records, scan_records,
     segment_name, write_all,
 )
@@ -91,8 +91,8 @@ log = logging.getLogger("broker.journal")
 # Large enough that rotation (an extra fsync and a directory fsync) is rare at broker rates; small enough
 # that a fully acknowledged segment is returned to the file system promptly.
 SEGMENT_BYTES = 64 * 1024 * 1024
-# Queue names the journal keeps encoded (checked once, not per message); past this many it starts over, so
-# a broker that creates and drops queues without end does not grow the cache without end.
+# Queue names the journal keeps a record encoder for (the name checked once, not per message); past this
+# many it starts over, so a broker that creates and drops queues without end does not grow it without end.
 QUEUE_NAMES_CACHED = 1024
 LOCK_NAME = "journal.lock"
 
@@ -243,7 +243,7 @@ class Journal:
         self._segments: list[Segment] = []
         self._messages: dict[int, _Live] = {}
         self._buffer = _Records()
-        self._queue_bytes: dict[str, bytes] = {}  # queue name -> its checked UTF-8 (encoded once per name)
+        self._encoders: dict[str, MessageEncoder] = {}  # queue name -> its record encoder (checked once)
         self._next_id = 1
         self._durable_id = 0
         self._live_count = 0
@@ -406,22 +406,17 @@ class Journal:
         """Buffer a message record and return its record id; durable only after the next :meth:`sync`."""
         if self._failure is not None or self._state != "open":
             self._check()
-        qb = self._queue_bytes.get(queue)
-        if qb is None:
-            qb = queue.encode()
-            if len(qb) > MAX_QUEUE_NAME_BYTES:
-                raise ValueError(f"queue name longer than {MAX_QUEUE_NAME_BYTES} bytes")
-            if len(self._queue_bytes) >= QUEUE_NAMES_CACHED:
-                self._queue_bytes.clear()
-            self._queue_bytes[queue] = qb
+        encoder = self._encoders.get(queue)
+        if encoder is None:
+            encoder = self._encoder(queue)
         if not 0 <= delivery_count <= MAX_DELIVERY_COUNT:
             raise ValueError(f"delivery_count {delivery_count} out of range")
-        if MSG.size + len(qb) + len(payload) > MAX_RECORD_BYTES:
+        if len(payload) > encoder.max_payload:
             raise ValueError(f"message record larger than {MAX_RECORD_BYTES} bytes")
         rid = self._next_id
         self._next_id = rid + 1
         # bytes(payload): a no-op for bytes; a bytearray or memoryview is copied once, as the record needs
-        data = encode_message(rid, qb, payload if type(payload) is bytes else bytes(payload), delivery_count)
+        data = encoder.encode(rid, payload if type(payload) is bytes else bytes(payload), delivery_count)
         buf = self._buffer
         self._messages[rid] = _Live(len(data), delivery_count, delivery_count, queue, None, buf.size)
         self._live_count += 1
@@ -435,6 +430,15 @@ class Journal:
                 if self.large is not None:
                     self.large.referenced(fid)
         return rid
+
+    def _encoder(self, queue: str) -> MessageEncoder:
+        qb = queue.encode()
+        if len(qb) > MAX_QUEUE_NAME_BYTES:
+            raise ValueError(f"queue name longer than {MAX_QUEUE_NAME_BYTES} bytes")
+        if len(self._encoders) >= QUEUE_NAMES_CACHED:
+            self._encoders.clear()
+        encoder = self._encoders[queue] = MessageEncoder(qb)
+        return encoder
 
     def _live(self, record_id: int) -> _Live:
         m = self._messages.get(record_id)

@@ -110,12 +110,11 @@ def frame(body: bytes) -> bytes:
     return length + _U32.pack(zlib.crc32(body, zlib.crc32(length))) + body
 
 
-# The encoders below run once per durable message (and once per acknowledgement) on the broker's one
-# thread, so they build each record with as few calls and copies as they can: the payload is copied once,
-# into the record (``frame`` of a built body would copy it twice); a message record's fixed fields are
-# packed once for the checksum (length and body head: what the checksum covers, in that order) and once
-# with it; fixed-size records start their checksum from the precomputed checksum of their constant length
-# field and are packed whole by one call.
+# The encoders below run once per durable message (and once per sync for its acknowledgements) on the
+# broker's one thread, so they build each record with as few calls and copies as they can: the payload is
+# copied once, into the record (``frame`` of a built body would copy it twice); a message record's fixed
+# fields and queue name are packed once for the checksum (length and body head: what the checksum covers,
+# in that order) and once with it, by structs made for the queue (:class:`MessageEncoder`).
 _ACK_LENGTH_CRC = zlib.crc32(_U32.pack(ACK.size))
 _UPDATE_LENGTH_CRC = zlib.crc32(_U32.pack(UPDATE.size))
 _MSG_SUMMED = struct.Struct(">I" + MSG.format[1:])  # length | type, id, count, queue_len: the checksummed fields
@@ -125,11 +124,31 @@ ACK_RECORD_BYTES = _ACK_RECORD.size
 MSG_RECORD_OVERHEAD = _MSG_HEAD.size  # a message record's bytes besides its queue name and payload
 
 
+class MessageEncoder:
+    """Encodes the MESSAGE records of one queue: its name (UTF-8, at most MAX_QUEUE_NAME_BYTES) is part of
+    the two structs that pack a record's head, once with and once without the checksum."""
+
+    __slots__ = ("queue", "max_payload", "_length", "_fixed", "_summed", "_head")
+
+    def __init__(self, queue: bytes) -> None:
+        self.queue = queue
+        self._length = len(queue)
+        self._fixed = MSG.size + len(queue)  # the body's bytes besides the payload
+        self.max_payload = MAX_RECORD_BYTES - self._fixed  # the largest payload a record may hold
+        self._summed = struct.Struct(f"{_MSG_SUMMED.format}{len(queue)}s")
+        self._head = struct.Struct(f"{_MSG_HEAD.format}{len(queue)}s")
+
+    def encode(self, record_id: int, payload: bytes, delivery_count: int) -> bytes:
+        length = self._fixed + len(payload)
+        queue = self.queue
+        crc = zlib.crc32(payload, zlib.crc32(
+            self._summed.pack(length, T_MESSAGE, record_id, delivery_count, self._length, queue)))
+        return self._head.pack(length, crc, T_MESSAGE, record_id, delivery_count, self._length, queue) + payload
+
+
 def encode_message(record_id: int, queue: bytes, payload: bytes, delivery_count: int) -> bytes:
-    length = MSG.size + len(queue) + len(payload)
-    crc = zlib.crc32(payload, zlib.crc32(queue, zlib.crc32(
-        _MSG_SUMMED.pack(length, T_MESSAGE, record_id, delivery_count, len(queue)))))
-    return b"".join((_MSG_HEAD.pack(length, crc, T_MESSAGE, record_id, delivery_count, len(queue)), queue, payload))
+    """One MESSAGE record (the journal keeps a :class:`MessageEncoder` per queue instead)."""
+    return MessageEncoder(queue).encode(record_id, payload, delivery_count)
 
 
 def encode_ack(record_id: int) -> bytes:
