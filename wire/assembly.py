@@ -90,6 +90,7 @@ class Partial:
     """What arrived so far of one delivery."""
 
     owner: object  # the link record
+    engine: object = None  # the connection it arrives on (its ``arriving`` count includes it)
     chunks: list = field(default_factory=list)
     size: int = 0   # bytes arrived
     held: int = 0   # bytes kept (0 once discarded)
@@ -169,7 +170,8 @@ class MessageAssembler:
     def _grow(self, engine, rec, d, lp, chunk: bytes) -> None:
         p = self.partials.get(d)
         if p is None:
-            p = self.partials[d] = Partial(rec)
+            p = self.partials[d] = Partial(rec, engine)
+            engine.arriving += 1
         n = len(chunk)
         p.size += n
         p.last_progress = self.clock()
@@ -201,7 +203,7 @@ class MessageAssembler:
     def _stream(self, engine, rec, d, lp, p: Partial) -> None:
         """Hand what arrived of a streamed delivery to its owner."""
         if _delivery_aborted(d):
-            del self.partials[d]
+            self._forget(d)
             _link_advance(lp)
             raw.delivery_settle(d)
             rec.owner.on_chunk(engine, rec, d, b"", ABORTED)
@@ -219,7 +221,7 @@ class MessageAssembler:
                 p.last_progress = self.clock()
                 rec.owner.on_chunk(engine, rec, d, chunk, MORE)
             return
-        del self.partials[d]
+        self._forget(d)
         _link_advance(lp)
         rec.owner.on_chunk(engine, rec, d, chunk, LAST)
         self._next_after_held(engine, rec, lp)
@@ -278,8 +280,13 @@ class MessageAssembler:
                 self.on_held(p.owner, -p.held)
             p.held = 0
 
+    def _forget(self, d) -> None:
+        """``d`` is no longer in progress (complete, aborted, refused or dropped)."""
+        p = self.partials.pop(d)
+        p.engine.arriving -= 1
+
     def _release(self, d, p: Partial) -> None:
-        del self.partials[d]
+        self._forget(d)
         self._unhold(p)
 
     def __len__(self) -> int:
@@ -310,6 +317,7 @@ class MessageAssembler:
         p = self.partials.pop(key, None)
         if p is None:
             return 0
+        p.engine.arriving -= 1
         held = p.held
         self._unhold(p)
         return held

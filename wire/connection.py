@@ -190,6 +190,9 @@ class EngineConnection:
         # application sends nothing more and is told (on_output_drained) once out_pending is down to
         # output_resume_at.
         self.out_pending = 0
+        # Deliveries of this connection still arriving (wire.assembly keeps the count): while there is one,
+        # the driver reads and feeds in large pieces (a large message is coming).
+        self.arriving = 0
         self.output_blocked = False
         self.output_resume_at = 0
         # An application that only wants to hear when output falls to a mark, without stopping its

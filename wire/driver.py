@@ -102,10 +102,10 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection, *,
                     engine.on_resume_reading = resumed.set
                     await resumed.wait()
                 if plain is not None:
-                    n = await plain.read(LARGE_READ_CHUNK if engine.assembler.partials else READ_CHUNK)
+                    n = await plain.read(LARGE_READ_CHUNK if engine.arriving else READ_CHUNK)
                     if not n:
                         break
-                    if n <= FEED_SLICE or whole_reads or engine.assembler.partials:
+                    if n <= FEED_SLICE or whole_reads or engine.arriving:
                         engine.feed(READ_VIEW[:n])  # the engine copies it: nothing awaited before
                         wakeup.set()
                         await trio.lowlevel.checkpoint()  # the read itself placed none
@@ -115,7 +115,7 @@ async def run_connection(stream: trio.abc.Stream, engine: EngineConnection, *,
                     data = await stream.receive_some(READ_CHUNK)
                     if not data:
                         break
-                if len(data) <= FEED_SLICE or whole_reads or engine.assembler.partials:
+                if len(data) <= FEED_SLICE or whole_reads or engine.arriving:
                     # Whole: a small read; a neighbour router's (it sends in bursts another router already
                     # paced: slicing only adds socket writes downstream, -4% router CPU on a 2-router line);
                     # or a large message is arriving (its bytes would otherwise go out in FEED_SLICE pieces,

@@ -334,3 +334,36 @@ def test_streamed_message_over_the_limit_is_refused():
     pump(pipe)
     assert app.oversized == [6000] and d.remote_state == REJECTED
     assert not app.assembler
+
+
+def test_each_connection_counts_its_own_deliveries_in_progress():
+    """The driver reads in large pieces only on a connection a large message arrives on (the assembler is
+    shared by all of a router's connections): each engine counts its own deliveries still arriving."""
+    app = App()
+    other = EngineConnection(app, ConnectionSettings(max_frame_size=FRAME), server=True, assembler=app.assembler)
+    peer, pipe = connect(app)
+    snd = peer.sender("q")
+    pump(pipe)
+    msg = payload(5000)
+    snd.delivery(b"half")
+    snd.send(msg[:3000])
+    pump(pipe)
+    assert app.engine.arriving == 1 and other.arriving == 0
+    snd.send(msg[3000:])
+    snd.advance()
+    pump(pipe)
+    assert app.messages == [msg] and app.engine.arriving == 0
+    d = snd.delivery(b"aborted")
+    snd.send(msg[:3000])
+    pump(pipe)
+    assert app.engine.arriving == 1
+    d.abort()
+    pump(pipe)
+    assert app.engine.arriving == 0
+    snd.delivery(b"left")
+    snd.send(msg[:3000])
+    pump(pipe)
+    assert app.engine.arriving == 1
+    snd.close()  # the link goes with a delivery half-way: forgotten
+    pump(pipe)
+    assert app.engine.arriving == 0 and not app.assembler
