@@ -74,12 +74,11 @@ from broker.journal_compact import (  # noqa: F401  (re-exported)
 )
 from broker.journal_io import (  # noqa: F401  (errors re-exported: callers import them from here)
     ACKS_PER_RECORD, HEADER_BYTES, MAX_DELIVERY_COUNT, MAX_QUEUE_NAME_BYTES, MAX_RECORD_BYTES, MSG,
-    OUT_OF_SPACE, RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_ACKS, T_MESSAGE, T_UPDATE, TMP_SUFFIX, VERSION,
-    ack_ids,
-    GroupCommitter, JournalCorruptError, JournalError, JournalFailedError, JournalFormatError,
-    JournalLockedError, JournalOutOfSpaceError, create_file, decode, decode_head, encode_acks, encode_header, MessageEncoder,
-    encode_message, encode_update, fsync_path, read_header, read_records, scan_records,
-    segment_name, write_all,
+    OUT_OF_SPACE, RECORD_HEADER_BYTES, SEGMENT_NAME, SEGMENT_SUFFIX, T_ACK, T_ACKS, T_MESSAGE, T_UPDATE,
+    TMP_SUFFIX, VERSION, GroupCommitter, JournalCorruptError, JournalError, JournalFailedError,
+    JournalFormatError, JournalLockedError, JournalOutOfSpaceError, MessageEncoder, ack_ids, create_file,
+    decode, decode_head, encode_acks, encode_header, encode_message, encode_update, fsync_path, read_header,
+    read_records, scan_records, segment_name, write_all,
 )
 
 from broker.largemessage import FOOTER_BYTES as LARGE_FOOTER_BYTES
@@ -513,7 +512,8 @@ class Journal:
         buffers = [self._buffer] if self._inflight is None else [self._inflight.records, self._buffer]
         for records in buffers:
             for data in records.data:
-                if data[RECORD_HEADER_BYTES] == T_MESSAGE and MSG.unpack_from(data, RECORD_HEADER_BYTES)[1] == record_id:
+                if data[RECORD_HEADER_BYTES] == T_MESSAGE and \
+                        MSG.unpack_from(data, RECORD_HEADER_BYTES)[1] == record_id:
                     return decode(data[RECORD_HEADER_BYTES:])[4]
         return None
 

@@ -117,11 +117,8 @@ def frame(body: bytes) -> bytes:
 # in that order) and once with it, by structs made for the queue (:class:`MessageEncoder`).
 _ACK_LENGTH_CRC = zlib.crc32(_U32.pack(ACK.size))
 _UPDATE_LENGTH_CRC = zlib.crc32(_U32.pack(UPDATE.size))
-_MSG_SUMMED = struct.Struct(">I" + MSG.format[1:])  # length | type, id, count, queue_len: the checksummed fields
-_MSG_HEAD = struct.Struct(">II" + MSG.format[1:])   # length | crc32 | type, id, count, queue_len
-_ACK_RECORD = struct.Struct(">II" + ACK.format[1:])
-ACK_RECORD_BYTES = _ACK_RECORD.size
-MSG_RECORD_OVERHEAD = _MSG_HEAD.size  # a message record's bytes besides its queue name and payload
+_MSG_SUMMED = ">I" + MSG.format[1:]  # length | type, id, count, queue_len: the checksummed fields ...
+_MSG_HEAD = ">II" + MSG.format[1:]   # ... and length | crc32 | type, id, count, queue_len: the record head
 
 
 class MessageEncoder:
@@ -135,8 +132,8 @@ class MessageEncoder:
         self._length = len(queue)
         self._fixed = MSG.size + len(queue)  # the body's bytes besides the payload
         self.max_payload = MAX_RECORD_BYTES - self._fixed  # the largest payload a record may hold
-        self._summed = struct.Struct(f"{_MSG_SUMMED.format}{len(queue)}s")
-        self._head = struct.Struct(f"{_MSG_HEAD.format}{len(queue)}s")
+        self._summed = struct.Struct(f"{_MSG_SUMMED}{len(queue)}s")
+        self._head = struct.Struct(f"{_MSG_HEAD}{len(queue)}s")
 
     def encode(self, record_id: int, payload: bytes, delivery_count: int) -> bytes:
         length = self._fixed + len(payload)
@@ -152,7 +149,9 @@ def encode_message(record_id: int, queue: bytes, payload: bytes, delivery_count:
 
 
 def encode_ack(record_id: int) -> bytes:
-    return _ACK_RECORD.pack(ACK.size, zlib.crc32(ACK.pack(T_ACK, record_id), _ACK_LENGTH_CRC), T_ACK, record_id)
+    """A version 1 ACK record: the journal writes ACKS records now (recovery reads both; tests write this)."""
+    body = ACK.pack(T_ACK, record_id)
+    return _RECORD.pack(ACK.size, zlib.crc32(body, _ACK_LENGTH_CRC)) + body
 
 
 def encode_update(record_id: int, delivery_count: int) -> bytes:
@@ -440,14 +439,17 @@ class AsyncFsync:
             if code in _AIO_UNSUPPORTED:
                 raise AsyncFsyncUnavailable(code, f"io_submit(IOCB_CMD_FSYNC): {os.strerror(code)}")
             raise OSError(code, os.strerror(code))
-        while True:
+        reaped = 0
+        while reaped != 1:
             await trio.lowlevel.wait_readable(self._efd)
             try:
                 os.eventfd_read(self._efd)
             except BlockingIOError:
                 continue
-            if self._syscall(*self._reap_args) == 1:
-                break
+            while (reaped := self._syscall(*self._reap_args)) < 0:  # not waiting (zero timeout): only EINTR
+                code = ctypes.get_errno()
+                if code != errno.EINTR:
+                    raise OSError(code, f"io_getevents: {os.strerror(code)}")
         if self._event.res < 0:
             code = -self._event.res
             raise OSError(code, os.strerror(code))
