@@ -37,9 +37,10 @@ A message whose head did not fit in the bytes first read (it began at the end of
 over everything kept each time that doubles; one with no head in ``MAX_HEAD_BYTES`` is dropped as it arrives
 and rejected (``amqp:decode-error``) at its end.
 
-Not streamed (assembled whole, bounded by ``maxMessageSize``): one bound for a router-internal endpoint, one
-arriving on a policed connection whose check needs the head refused (the check runs on the head: a refused
-message is read and dropped, then rejected).
+A stream routed to a router-internal endpoint (which takes whole messages) is read and dropped, and the
+delivery rejected with ``amqp:resource-limit-exceeded`` (router/meshforward.py). Not streamed: one arriving on
+a policed connection whose check needs the head refused (the check runs on the head: a refused message is
+read and dropped, then rejected).
 """
 
 from __future__ import annotations

@@ -318,3 +318,28 @@ def test_link_routed_stream_from_a_neighbour_is_bounded_by_its_session_window(tm
                 proc.kill()
                 proc.wait(10)
         mesh.stop_all()
+
+
+def test_a_management_request_large_enough_to_stream_is_rejected_and_management_carries_on(tmp_path):
+    """$management takes whole messages: a request that streams (over 256 KiB) is read, dropped and rejected
+    with amqp:resource-limit-exceeded, never held whole; the next request is answered."""
+    mesh = Mesh(tmp_path, None)
+    try:
+        mesh.add("A")
+        url = mesh.url("A")
+
+        def huge(i):
+            return Message(address="$management", reply_to="nowhere",
+                           properties={"operation": "QUERY", "type": "org.amqp.management", "name": "self",
+                                       "entityType": "org.apache.qpid.dispatch.router"},
+                           body={"attributeNames": ["id"], "pad": "x" * 3_000_000})
+
+        p = Producer(url, "$management", count=1, message_fn=huge).start()
+        p.wait(TIMEOUT)
+        assert p.outcomes["rejected"] == 1, p.outcomes
+        [(_i, condition, description)] = p.rejections
+        assert condition == "amqp:resource-limit-exceeded" and "$management" in description
+        assert router_row(url)["id"] == "A"
+        p.close()
+    finally:
+        mesh.stop_all()
