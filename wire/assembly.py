@@ -228,12 +228,17 @@ class MessageAssembler:
 
     def _next_after_held(self, engine, rec, lp) -> None:
         """A streamed delivery ended and the link moved to its next one. While the stream was held off it
-        stayed the link's current delivery, so the next one's events found it unreadable and were passed
-        over; when it is all in the engine already no further event comes. Read it now (harmless when
-        its events are still to come: there is then nothing new to read)."""
-        nd = _link_current(lp)
-        if nd:
+        stayed the link's current delivery, so the events of every delivery behind it found them
+        unreadable and were passed over; those all in the engine already get no further event. Read them
+        now, one after the other, until one stays current (it is still arriving, or it is held): its own
+        events will come. Harmless for a delivery whose events are still to come (nothing new to read)."""
+        while True:
+            nd = _link_current(lp)
+            if not nd or nd in self.partials:
+                return
             self.incoming(engine, rec, nd, lp)
+            if _link_current(lp) == nd:
+                return
 
     def hold_off(self, d) -> None:
         """Read no more of streamed delivery ``d`` until :meth:`resume` (its owner has no room)."""

@@ -343,3 +343,35 @@ def test_a_management_request_large_enough_to_stream_is_rejected_and_management_
         p.close()
     finally:
         mesh.stop_all()
+
+
+MIXED_SIZES = (100, 300_000, 100, 3_000_000, 50_000, 100, 700_000, 10, 1_500_000)
+
+
+def test_small_and_large_messages_mixed_on_two_addresses_all_cross_a_line_in_order(line):
+    """Small messages queued behind a large one that streams and is held off (its consumer's connection
+    has no room): they arrived whole while it was held, so no further event came for them when it ended,
+    and they sat in the engine; the line stalled within the first few messages. Every message arrives, in
+    order, with its size."""
+    line.wait_route("A", "C")
+    n = 45
+    consumers = [Consumer(line.url("C"), f"mixed.{k}", credit=5 + 10 * k).start() for k in range(2)]
+    for c in consumers:
+        c.wait_ready()
+    line.wait_route("A", "C")
+
+    def size(k, i):
+        return MIXED_SIZES[(i + 3 * k) % len(MIXED_SIZES)]
+
+    def maker(k):
+        return lambda i: Message(id=i, address=f"mixed.{k}", body=bytes([65 + i % 26]) * size(k, i))
+
+    producers = [Producer(line.url("A"), f"mixed.{k}", count=n, message_fn=maker(k)).start() for k in range(2)]
+    for k, (p, c) in enumerate(zip(producers, consumers)):
+        c.wait(TIMEOUT, count=n)
+        p.wait(TIMEOUT)
+        assert p.outcomes["accepted"] == n, p.outcomes
+        assert [m.id for m in c.messages] == list(range(n))
+        assert [len(m.body) for m in c.messages] == [size(k, i) for i in range(n)]
+        p.close()
+        c.close()

@@ -297,16 +297,18 @@ def test_a_delivery_that_arrives_whole_behind_a_held_stream_is_read_when_the_str
     snd = peer.sender("q")
     pump(pipe)
     first, second = payload(20_000), payload(20_000)
+    behind = [payload(100 + i) for i in range(3)]
     d1 = peer.send(snd, first)
     d2 = peer.send(snd, second)  # all of it arrives while the first is held
+    ds = [peer.send(snd, m) for m in behind]  # and a chain of small ones behind it
     pump(pipe)
     [held] = list(app.assembler.partials)
     app.hold = False
     app.assembler.resume(app.engine, held)
     pump(pipe)
     assert _streamed(app) == first and app.chunks[-1][1] == LAST
-    assert app.messages == [second]  # all of it was in: read whole
-    assert d1.remote_state == d1.ACCEPTED and d2.remote_state == d2.ACCEPTED
+    assert app.messages == [second] + behind  # all of them were in: read whole, in order
+    assert all(d.remote_state == d.ACCEPTED for d in [d1, d2] + ds)
     assert not app.assembler
 
 
