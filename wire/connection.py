@@ -182,6 +182,8 @@ class EngineConnection:
         self._pause_asked = False  # pause_reading in force (the router's memory budget)
         self.read_holds = 0  # hold_reading in force (streamed messages without room downstream)
         self.on_resume_reading = _noop  # the driver installs its wake-up for a paused reader
+        self._idle_saved_ms = 0  # our idle time-out while suspended by a read pause (0: not suspended)
+        self._idle_resumed_at: float | None = None  # when the writer first ticked after reading resumed
         self.opened_at_remote = False  # the peer's OPEN arrived (the handshake is done)
         # Output accounting: bytes the application handed to the engine for this peer (it adds them) and
         # that have not yet been taken out for the socket (take_output subtracts what it returns, framing
@@ -269,6 +271,8 @@ class EngineConnection:
                 break
             self.process()
             view = view[n:]
+        if self._idle_saved_ms and not self.read_paused:
+            self._restore_idle_timeout()  # bytes read again: proton's next tick starts a fresh time-out
         self.process()
 
     def feed_eof(self) -> None:
@@ -334,7 +338,36 @@ class EngineConnection:
         """Run idle-timeout processing; return the next deadline (seconds) or None."""
         deadline_ms = raw.transport_tick(self._transport_ptr, int(now * 1000))
         self.process()
-        return deadline_ms / 1000.0 if deadline_ms else None
+        deadline = deadline_ms / 1000.0 if deadline_ms else None
+        if self._idle_saved_ms and not self.read_paused:
+            # Reading resumed and nothing has come since: the peer gets a whole time-out from the resumption.
+            if self._idle_resumed_at is None:
+                self._idle_resumed_at = now
+            due = self._idle_resumed_at + self._idle_saved_ms / 1000.0
+            if now >= due:
+                self._restore_idle_timeout()  # silent for a whole time-out since: proton expires it now
+                return self.tick(now)
+            deadline = due if deadline is None else min(deadline, due)
+        return deadline
+
+    def _suspend_idle_timeout(self) -> None:
+        """Reading is paused by this side: the peer's frames wait in the socket, so its silence is ours and
+        must not expire our idle time-out (a healthy producer held off by Q2 would be closed). proton's
+        local idle time-out is set to 0 until bytes are read again (or a whole time-out passes after
+        reading resumed without any); the value announced in our OPEN is unchanged."""
+        if self._idle_saved_ms:
+            return
+        tp = self._transport_ptr
+        ms = raw.lib.pn_transport_get_idle_timeout(tp)
+        if ms:
+            raw.lib.pn_transport_set_idle_timeout(tp, 0)
+            self._idle_saved_ms = ms
+            self._idle_resumed_at = None
+
+    def _restore_idle_timeout(self) -> None:
+        raw.lib.pn_transport_set_idle_timeout(self._transport_ptr, self._idle_saved_ms)
+        self._idle_saved_ms = 0
+        self._idle_resumed_at = None
 
     @property
     def finished(self) -> bool:
@@ -504,12 +537,13 @@ class EngineConnection:
         Bytes already fed are still processed; the driver's reader waits before its next read."""
         self._pause_asked = True
         self.read_paused = True
+        self._suspend_idle_timeout()
 
     def resume_reading(self) -> None:
         self._pause_asked = False
         if self.read_paused and not self.read_holds:
             self.read_paused = False
-            self.on_resume_reading()
+            self._reading_resumed()
 
     def hold_reading(self) -> None:
         """Like :meth:`pause_reading`, for one of several independent reasons (a streamed message whose
@@ -517,6 +551,7 @@ class EngineConnection:
         pause is asked."""
         self.read_holds += 1
         self.read_paused = True
+        self._suspend_idle_timeout()
 
     def release_reading(self) -> None:
         """Release one :meth:`hold_reading`."""
@@ -524,7 +559,12 @@ class EngineConnection:
             self.read_holds -= 1
         if self.read_paused and not self.read_holds and not self._pause_asked:
             self.read_paused = False
-            self.on_resume_reading()
+            self._reading_resumed()
+
+    def _reading_resumed(self) -> None:
+        self.on_resume_reading()
+        if self._idle_saved_ms:
+            self.wake()  # the writer's tick starts the peer's time-out again (see tick)
 
     def _cold(self, t: int, ev) -> None:
         lib = raw.lib

@@ -329,3 +329,53 @@ async def test_cancelled_connection_is_forgotten():
     right.close()
     assert router.connections == set()
     assert engine.finished
+
+
+async def test_a_peer_we_stop_reading_is_not_timed_out_for_our_silence(autojump_clock):
+    """While the router holds reading a connection (Q2: a streamed message's destination has no room; or
+    its memory budget), the peer's heartbeats wait in the socket: that silence is the router's doing, and
+    an idle time-out then would close a healthy producer. Once reading resumes the time-out applies
+    again (a peer that then says nothing is closed)."""
+    async with trio.open_nursery() as nursery:
+        router, port = await start_router(nursery, idle_timeout_seconds=4)
+        tp = await tcp_peer(nursery, port)
+        with trio.fail_after(5):
+            while len(router.connections) != 1:
+                await trio.sleep(0.01)
+        [rc] = list(router.connections)
+        engine = rc.engine
+        engine.hold_reading()
+        for _ in range(40):  # 20 virtual seconds, 5 idle time-outs, the peer heartbeating into the socket
+            await trio.sleep(0.5)
+            tp.peer.transport.tick(trio.current_time())
+            await tp.flush()
+        assert not tp.eof.is_set() and not tp.peer.connection.state & Endpoint.REMOTE_CLOSED
+        engine.release_reading()
+        for _ in range(8):  # reading again: heartbeats are read, the connection stays
+            await trio.sleep(0.5)
+            tp.peer.transport.tick(trio.current_time())
+            await tp.flush()
+        assert not tp.eof.is_set() and len(router.connections) == 1
+        with trio.fail_after(30):  # the peer falls silent: the time-out applies again
+            await tp.eof.wait()
+        assert tp.peer.connection.remote_condition.name == "amqp:resource-limit-exceeded"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_silent_after_we_resume_reading_is_timed_out_from_the_resumption(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        router, port = await start_router(nursery, idle_timeout_seconds=4)
+        tp = await tcp_peer(nursery, port)  # opens, then never sends again
+        with trio.fail_after(5):
+            while len(router.connections) != 1:
+                await trio.sleep(0.01)
+        [rc] = list(router.connections)
+        rc.engine.hold_reading()
+        await trio.sleep(20)
+        assert not tp.eof.is_set()
+        rc.engine.release_reading()
+        t0 = trio.current_time()
+        with trio.fail_after(30):
+            await tp.eof.wait()
+        assert 4 <= trio.current_time() - t0 <= 4 + 2 + 1  # a whole time-out from the resumption (+ close grace)
+        nursery.cancel_scope.cancel()
