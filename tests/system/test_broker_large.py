@@ -17,6 +17,7 @@ from proton import Message
 
 from tests.system.brokerharness import (BROKER_XML as PEER_XML, TIMEOUT, WAYPOINT, BrokerProcess, receive_messages,
                                         send_messages, wait_queue_empty)
+from tests.system.clients import Consumer, Producer
 
 SIZE = 50 * 1000 * 1000
 # What the broker's RSS may grow by while it stores or delivers the message: well under its size (the
@@ -115,3 +116,38 @@ def test_a_large_message_through_a_router_waypoint_is_stored_and_delivered_with_
         assert broker.stop() == 0
     assert stored_growth < RSS_GROWTH_LIMIT and delivered_growth < RSS_GROWTH_LIMIT, (stored_growth,
                                                                                      delivered_growth)
+
+
+MIXED_SIZES = (100, 300_000, 100, 3_000_000, 50_000, 100, 700_000, 10, 1_500_000)
+
+
+def test_small_and_large_durable_messages_mixed_through_a_waypoint_all_arrive_in_order(router_factory, tmp_path):
+    """Producer and consumer at the same time through a router whose waypoint a tdbroker serves: messages
+    of 10 B to 3 MB, durable, the large ones streamed into and out of the broker's large-message files
+    while small ones queue behind them on the same links; every message arrives, in order, intact."""
+    router = router_factory(WAYPOINT)
+    conf = tmp_path / "broker.xml"
+    conf.write_text(PEER_XML.format(journal=tmp_path / "journal", router_port=router.ports["amqp"]))
+    broker = BrokerProcess(conf, tmp_path).start()
+    n = 36
+
+    def body(i):
+        return (hashlib.sha256(b"%d" % i).digest() * (MIXED_SIZES[i % len(MIXED_SIZES)] // 32 + 1))[
+            :MIXED_SIZES[i % len(MIXED_SIZES)]]
+
+    try:
+        c = Consumer(router.url, "queue", count=n, credit=3).start()
+        c.wait_ready()
+        p = Producer(router.url, "queue", count=n, message_fn=lambda i: Message(id=i, body=body(i), durable=True))
+        p.start()
+        c.wait(TIMEOUT * 2)
+        p.wait(TIMEOUT * 2)
+        assert p.outcomes == {"accepted": n}, p.outcomes
+        assert [m.id for m in c.messages] == list(range(n))
+        assert all(m.body == body(i) for i, m in enumerate(c.messages))
+        p.close()
+        c.close()
+        wait_queue_empty(broker)
+        assert os.listdir(tmp_path / "large-messages") == []
+    finally:
+        assert broker.stop() == 0
