@@ -8,6 +8,10 @@ copy into the page cache) and has the kernel fsync it asynchronously (:class:`As
 AIO), which costs no thread hand-off; a batch that begins a segment, or a large one, is written and
 fsynced whole in a Trio worker thread (:func:`run_in_worker`), as is every batch where Linux AIO is not
 available.
+
+The module is over the project's ~600-line guide: the record codec, the segment file operations and the
+group committer's two write paths are the journal's I/O half and change together (a record format change
+touches all three); :mod:`broker.journal` keeps the bookkeeping half.
 """
 
 from __future__ import annotations
