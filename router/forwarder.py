@@ -220,7 +220,14 @@ class Forwarder:
         return KEEP
 
     def _refuse_headless(self, rl: RouterLink, d) -> None:
-        ind = InDelivery(None if _delivery_settled(d) else d, rl, b"", self.coarse_now)
+        """on_message for a delivery dropped while it arrived (no head in MAX_HEAD_BYTES): rejected, or
+        settled and counted as dropped when it came pre-settled (as on_message settles one)."""
+        if _delivery_settled(d):
+            _delivery_settle(d)
+            rl.presettled += 1
+            ind = InDelivery(None, rl, b"")
+        else:
+            ind = InDelivery(d, rl, b"", self.coarse_now)
         rl.delivery_count += 1
         rl.outstanding += 1
         self.reject(ind, "amqp:decode-error", f"no message head (header, annotations, properties) in its "
