@@ -275,6 +275,10 @@ class EngineConnection:
             self._restore_idle_timeout()  # bytes read again: proton's next tick starts a fresh time-out
         self.process()
 
+    def frames_in(self) -> int:
+        """How many frames the engine has read from the peer so far (every kind, empty ones included)."""
+        return raw.transport_frames_input(self._transport_ptr)
+
     def feed_eof(self) -> None:
         """The peer closed its sending side. Whatever the engine still has to say may be written, then
         the connection is over (the driver stops once output runs dry), even mid-frame."""

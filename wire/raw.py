@@ -310,6 +310,7 @@ transport_tick = lib.pn_transport_tick
 transport_close_tail = lib.pn_transport_close_tail
 transport_close_head = lib.pn_transport_close_head
 transport_closed = lib.pn_transport_closed
+transport_frames_input = lib.pn_transport_get_frames_input  # frames read so far (all kinds)
 
 
 def transport_push(transport, data: bytes) -> int:

@@ -17,7 +17,8 @@ from proton import Endpoint
 
 from router.core import Router
 from wire.connection import ConnectionSettings, EngineConnection
-from wire.driver import Backoff, run_connection, run_connector, serve_listener
+from wire.driver import (FEED_SLICE, READ_CHUNK, SLICE_FRAMES, Backoff, next_feed_slice, run_connection, run_connector,
+                         serve_listener)
 from tests.unit.enginepair import ACCEPTED, ConsumerHandler, Peer, outcome, settle
 from tests.unit.wire.fixtures import tcp_peer
 
@@ -379,3 +380,17 @@ async def test_a_peer_silent_after_we_resume_reading_is_timed_out_from_the_resum
             await tp.eof.wait()
         assert 4 <= trio.current_time() - t0 <= 4 + 2 + 1  # a whole time-out from the resumption (+ close grace)
         nursery.cancel_scope.cancel()
+
+
+# -- feed slices ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("nbytes", "frames", "expected"), [
+    (65536, 546, FEED_SLICE),        # 100-byte bodies (~120-byte frames): the measured 8 KiB
+    (65536, 13, READ_CHUNK),         # 5 kB messages: a slice of 64 frames would be 320 KiB; one read
+    (40000, 5, READ_CHUNK),          # 8 kB frames: capped at what one read takes
+    (65536, 0, READ_CHUNK),          # part of one large frame: nothing to interleave
+    (65536, 64, 65536),              # 1 KiB frames: 64 of them
+    (30000, 100, 300 * SLICE_FRAMES),  # 300-byte frames: 19,200 bytes
+])
+def test_a_large_read_is_sliced_into_about_slice_frames_frames_within_the_bounds(nbytes, frames, expected):
+    assert next_feed_slice(nbytes, frames) == expected
