@@ -313,9 +313,11 @@ class DeliveryPath:
         try:
             if large_size:
                 codec.scan(payload)  # the head's grammar (the body is in the file, passed on as it came)
+                msg = QueuedMessage.from_bytes(payload, now)
             else:
-                validate_message(payload)  # stored and replayed: the whole section grammar, not only the header
-            msg = QueuedMessage.from_bytes(payload, now)
+                # stored and replayed: the whole section grammar, not only the header; the message is walked
+                # once (validate_message says where its properties are)
+                msg = QueuedMessage.from_validated(payload, now, validate_message(payload))
         except Exception as exc:  # a malformed message: reject it, keep the link
             raw.set_rejected(d, "amqp:decode-error", str(exc)[:200])
             self.answer(bl, d, accepted=False)
@@ -359,8 +361,7 @@ class DeliveryPath:
                 # in memory, whole (see docs/broker-configuration.md, "Large messages").
                 try:
                     payload = storage.large.read_all(payload)
-                    validate_message(payload)
-                    msg = QueuedMessage.from_bytes(payload, now)
+                    msg = QueuedMessage.from_validated(payload, now, validate_message(payload))
                 except Exception as exc:
                     self.refuse(bl, d, f"large message cannot be stored: {exc}")
                     return

@@ -4,7 +4,8 @@ rewritten without decoding the rest of the message.
 A broker needs five small facts about each message it stores — durable, priority, ttl, first-acquirer,
 delivery-count — and, on redelivery, must send the message with a new delivery-count. Everything here
 works on the message bytes: :func:`read_header` decodes only the header list, :func:`read_expiry` walks
-to the ninth properties field skipping the eight before it, and :func:`set_delivery_count` replaces the
+to the ninth properties field skipping the eight before it (:func:`properties_expiry` starts at the
+properties list :func:`wire.validate.validate_message` found), and :func:`set_delivery_count` replaces the
 header section alone, leaving every other byte of the message as it was (annotations, properties and
 body are never re-encoded).
 
@@ -30,7 +31,7 @@ from wire.amqptypes import _compound
 from wire.codec import _descriptor, _list_header, _walk, scan
 
 __all__ = ["HeaderInfo", "read_header", "read_expiry", "expires_at", "absolute_expiry_time",
-           "set_delivery_count", "DEFAULT_PRIORITY"]
+           "properties_expiry", "set_delivery_count", "DEFAULT_PRIORITY"]
 
 # §3.2.1: "priority ... default 4" (the JMS default priority too).
 DEFAULT_PRIORITY = 4
@@ -136,11 +137,28 @@ def absolute_expiry_time(msg: bytes) -> int | None:
         raise CodecError(f"malformed message: {e}") from None
 
 
+def properties_expiry(msg: bytes, properties: int) -> int | None:
+    """absolute_expiry_time of ``msg`` whose properties section's value starts at offset ``properties``
+    (as :func:`wire.validate.validate_message` returns it): the sections before it are not walked again.
+    Raises :class:`wire.amqptypes.CodecError` for a malformed properties list."""
+    try:
+        return _expiry_at(msg, properties)
+    except CodecError:
+        raise
+    except _DECODE_ERRORS as e:
+        raise CodecError(f"malformed message: {e}") from None
+
+
 def _read_absolute_expiry_time(msg):
     """absolute_expiry_time without the error translation (the decoder's own exceptions escape)."""
     pos, code, vpos = _walk(msg, 3)
     if code != 0x73:
         return None
+    return _expiry_at(msg, vpos)
+
+
+def _expiry_at(msg, vpos):
+    """absolute-expiry-time of the properties list at ``vpos``, without the error translation."""
     n = len(msg)
     count, p, end = _list_header(msg, vpos, n)
     if end > n:
