@@ -65,7 +65,7 @@ from collections import deque
 from typing import Callable, Protocol
 
 from wire import raw
-from wire.annotations import ROUTER_PREFIX, strip_router_annotations
+from wire.annotations import ROUTER_PREFIX, may_carry_router_annotations, strip_router_annotations
 from wire.assembly import DISCARD, KEEP, STREAM
 from wire.codec import CodecError, message_to
 from router.addresses import CLOSEST, MULTICAST, UNAVAILABLE, Address, AddressConfigTable, AddressParser
@@ -95,6 +95,11 @@ RATE_WINDOW_SECONDS = 5
 SCAN_LINKS_PER_SECOND = 20_000
 #: Dispatch's linksBlocked: outgoing links that have had no credit for longer than this (seconds).
 BLOCKED_SECONDS = 10.0
+
+# Up to this size a message from a client is searched whole for the router annotations' prefix (a few
+# hundred ns, less than reading its first sections); above it, its first sections tell whether it has a
+# message-annotations section at all (wire.annotations.may_carry_router_annotations).
+SCAN_WHOLE_BELOW = 512
 
 # Multicast merge order (Dispatch: rejected > accepted > modified > released).
 OUTCOME_PRIORITY = {RELEASED: 1, MODIFIED: 2, ACCEPTED: 3, REJECTED: 4}
@@ -297,8 +302,10 @@ class Forwarder:
             self.special.mesh_message_in(ind, msg)
             return
         # Sections come in order, so when the first one is properties (0x73) or later there is no
-        # message-annotations section to look into; only then is the byte scan skipped.
-        if msg[2:3] < b"\x73" and ROUTER_PREFIX in msg:
+        # message-annotations section to look into. A small message is searched for the prefix (cheaper
+        # than reading its sections); a larger one is told by its first sections, not its body.
+        if msg[2:3] < b"\x73" and (ROUTER_PREFIX in msg if len(msg) <= SCAN_WHOLE_BELOW
+                                   else may_carry_router_annotations(msg)):
             # Router annotations from a normal connection are not trusted (stripAnnotations both).
             try:
                 ind.msg = strip_router_annotations(msg)

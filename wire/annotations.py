@@ -290,6 +290,34 @@ def _rebuild_ma(msg, start, vpos, send, spans, nuser, extra, nextra):
                      _map_header(len(user) + len(extra), count), user, extra, msg[send:]))
 
 
+def may_carry_router_annotations(msg: bytes) -> bool:
+    """False when ``msg`` certainly has no ``x-opt-qd.*`` annotation, told from its first sections
+    without reading its body; True when it may have one (then :func:`strip_router_annotations` looks).
+
+    Sections come in order (AMQP 1.0 §3.2), so when the section after an optional header is properties
+    or a later one, there is no message-annotations section. A plain search of the whole message for the
+    prefix costs in proportion to its size (21 us for a 50 kB message on the reference machine) and
+    finds the prefix in a body that happens to hold it."""
+    n = len(msg)
+    if n < 4 or msg[0] != 0 or msg[1] != 0x53:
+        return ROUTER_PREFIX in msg  # a descriptor in another encoding: the plain search
+    code = msg[2]
+    if code == 0x70:  # a header: skipped when in the encodings clients write (list8, list0)
+        t = msg[3]
+        if t == 0xC0 and n > 4:
+            p = 5 + msg[4]
+        elif t == 0x45:
+            p = 4
+        else:
+            return ROUTER_PREFIX in msg
+        if p + 3 > n:
+            return False  # nothing after the header
+        if msg[p] != 0 or msg[p + 1] != 0x53:
+            return ROUTER_PREFIX in msg
+        code = msg[p + 2]
+    return code < 0x73
+
+
 def strip_router_annotations(msg: bytes) -> bytes:
     """Remove every ``x-opt-qd.*`` key from the message-annotations map (dropping the section if it
     becomes empty). Returns ``msg`` itself (no copy) when there is nothing to strip."""

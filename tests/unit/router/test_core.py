@@ -677,6 +677,30 @@ def test_router_annotations_stripped_user_annotations_byte_identical(h, anonymou
     assert outcome(d)["state"] == "accepted"
 
 
+BIG_REST = bytes(Message(address="q", body=b"x-opt-qd.to" * 500).encode())
+BIG_REST = BIG_REST[BIG_REST.index(b"\x00\x53\x73"):]  # properties + a 5,500-byte body holding the prefix
+
+
+def test_router_annotations_stripped_from_a_large_message_and_a_body_holding_the_prefix_left_alone(h):
+    """Above SCAN_WHOLE_BELOW the router tells by the first sections whether to look for router annotations:
+    it still strips them from a message-annotations section, and a body that merely holds the prefix is
+    forwarded byte for byte."""
+    prod = h.connect()
+    cons = h.connect()
+    rcv = cons.receiver("q", credit=5)
+    snd = prod.sender("q")
+    h.pump()
+    user = (_sym("user-key"), _str("user-value"))
+    prod.send(snd, HEADER + _ma_section([user, (_sym("x-opt-qd.to"), _str("zz"))]) + BIG_REST)
+    prod.send(snd, HEADER + BIG_REST)
+    h.pump()
+    first, second = cons.received(rcv)
+    head = first.data[:-len(BIG_REST)]
+    assert first.data.endswith(BIG_REST) and head.startswith(HEADER)
+    assert b"x-opt-qd" not in head and user[0] + user[1] in head
+    assert second.data == HEADER + BIG_REST
+
+
 def test_only_router_annotations_drop_the_section(h):
     prod = h.connect()
     cons = h.connect()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from proton import Message
 
-from wire.annotations import (RouterAnnotations, read_router_annotations, router_id_of, set_router_annotations,
+from wire.annotations import (RouterAnnotations, may_carry_router_annotations, read_router_annotations, router_id_of,
+                              set_router_annotations,
                               split_router_annotations, strip_router_annotations)
 from wire.codec import CodecError
 
@@ -88,3 +89,33 @@ def test_router_id_of():
     assert router_id_of("0/QDR.A") == "QDR.A"
     assert router_id_of("QDR.A") == "QDR.A"
     assert router_id_of("1/X") == "1/X"
+
+
+# -- may_carry_router_annotations: whether a client's message needs stripping, without reading its body --
+
+def _enc(**kw) -> bytes:
+    return bytes(Message(**kw).encode())
+
+
+# The prefix inside a body must not make the router look for annotations; a message-annotations section
+# (user keys or router keys) must.
+BODY_WITH_PREFIX = b"x-opt-qd.to" * 50
+
+
+@pytest.mark.parametrize(("msg", "expected"), [
+    (b"\x00\x53\x70\xc0\x02\x01\x41\x00\x53\x75\xa0\x05hello", False),   # durable header, data: the bench's
+    (_enc(body=BODY_WITH_PREFIX, durable=True, id=1), False),             # header (list8), properties, value
+    (_enc(body=BODY_WITH_PREFIX), False),                                 # empty header (list0), properties
+    (b"\x00\x53\x75\xa0\x05hello", False),                                # a body alone
+    (b"\x00\x53\x70\xc0\x02\x01\x41", False),                             # a header alone
+    (_enc(body="x", annotations={"user": 1}), True),                      # user annotations: strip looks
+    (set_router_annotations(_enc(body=BODY_WITH_PREFIX, durable=True), ingress="A", trace=["A"]), True),
+    (b"\x00\x53\x70\xd0\x00\x00\x00\x05\x00\x00\x00\x01\x41\x00\x53\x75\xa0\x01x", False),  # list32 header,
+    # no prefix anywhere: the plain search answers
+    (b"\x00\x53\x70\xd0\x00\x00\x00\x05\x00\x00\x00\x01\x41\x00\x53\x72\xc1\x01\x00"
+     b"\x00\x53\x75\xa0\x0bx-opt-qd.to", True),                          # list32 header: searched whole
+])
+def test_may_carry_router_annotations_reads_only_the_first_sections(msg, expected):
+    assert may_carry_router_annotations(msg) is expected
+    if not expected:
+        assert strip_router_annotations(msg) is msg  # never a message that had something to strip
