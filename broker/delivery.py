@@ -455,20 +455,31 @@ class DeliveryPath:
         # subscribers drops the message and still accepts it, as Artemis does.
         self.answer(bl, d)
 
-    def accept_durable(self, held: list[tuple]) -> None:
-        """Settle ``accepted`` the deliveries whose records are now on disk."""
+    def accept_durable(self, held: list) -> None:
+        """Settle ``accepted`` the deliveries whose records are now on disk (``held``: ``[link, delivery,
+        link, delivery, ...]``, as :meth:`broker.storage.Storage.take_durable` hands them back)."""
         # Once per durable message: the credit each message earns back is summed per link and given in one
         # pn_link_flow per link and sync (the same credit as one call per message, as give_credit would
-        # give it), unless address limits are on, where give_credit decides per message.
+        # give it), unless address limits are on, where give_credit decides per message. Runs of one link
+        # (the usual case: one producer) are counted without a dict update per message.
         accepted = raw.ACCEPTED
         update, settle = raw.delivery_update, raw.delivery_settle
         per_link: dict = {}
-        for bl, d in held:
+        run, n = None, 0
+        pairs = iter(held)
+        for bl, d in zip(pairs, pairs):
             if bl.closed:
                 continue
             update(d, accepted)
             settle(d)
-            per_link[bl] = per_link.get(bl, 0) + 1
+            if bl is run:
+                n += 1
+            else:
+                if run is not None:
+                    per_link[run] = per_link.get(run, 0) + n
+                run, n = bl, 1
+        if run is not None:
+            per_link[run] = per_link.get(run, 0) + n
         limited = self.limits.active
         wake = set()
         for bl, n in per_link.items():

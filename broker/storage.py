@@ -24,7 +24,7 @@ Messages that would page are refused the same way while page files cannot be wri
 from __future__ import annotations
 
 import logging
-from collections import deque
+from bisect import bisect_right
 from typing import Callable, Protocol
 
 from broker.addressing import AddressModel
@@ -76,7 +76,11 @@ class Storage:
         self.disk = DiskMonitor(paths, cfg.max_disk_usage, min_free=cfg.min_disk_free,
                                 usage=disk_usage or filesystem_usage)
         self.messages_refused_disk = 0  # durable (or paging) messages rejected while the disk was full
-        self._pending_durable: deque = deque()  # (link, delivery, record_id), record ids ascending
+        # Deliveries waiting for their record to be on disk: link, delivery, link, delivery, ... and, at the
+        # same index halved, their record ids (ascending). Flat lists rather than a tuple per delivery: they
+        # grow and shrink once per durable message, and a sync hands back a slice of them at once.
+        self._held: list = []
+        self._held_ids: list[int] = []
 
     # -- start and stop -----------------------------------------------------------------------------------
     def open(self) -> int:
@@ -164,21 +168,32 @@ class Storage:
 
     # -- durable settlement ---------------------------------------------------------------------------
     def hold(self, link, d, record_id: int) -> None:
-        """Keep delivery ``d`` of ``link`` unanswered until record ``record_id`` is on disk."""
-        self._pending_durable.append((link, d, record_id))
+        """Keep delivery ``d`` of ``link`` unanswered until record ``record_id`` is on disk (record ids
+        come in ascending order)."""
+        held = self._held
+        held.append(link)
+        held.append(d)
+        self._held_ids.append(record_id)
 
     @property
     def holding(self) -> int:
         """Deliveries waiting for their record to be on disk."""
-        return len(self._pending_durable)
+        return len(self._held_ids)
 
-    def take_durable(self, record_id: int) -> list[tuple]:
-        """The ``(link, delivery)`` held for records up to ``record_id`` (now on disk), in order."""
-        pending = self._pending_durable
-        out = []
-        while pending and pending[0][2] <= record_id:
-            link, d, _rid = pending.popleft()
-            out.append((link, d))
+    def take_durable(self, record_id: int) -> list:
+        """The deliveries held for records up to ``record_id`` (now on disk), in order, as one flat list
+        ``[link, delivery, link, delivery, ...]``."""
+        ids = self._held_ids
+        if not ids or ids[0] > record_id:
+            return []
+        if ids[-1] <= record_id:  # all of them (nothing arrived while the sync ran)
+            out = self._held
+            self._held, self._held_ids = [], []
+            return out
+        k = bisect_right(ids, record_id)
+        out = self._held[:2 * k]
+        del self._held[:2 * k]
+        del ids[:k]
         return out
 
     def kick(self) -> None:
@@ -234,7 +249,7 @@ class Storage:
             exc = committer.out_of_space_error
             log.error("journal %s: write failed, out of space (%s): new durable messages are refused, "
                       "%d records kept in memory and retried every %gs", self.cfg.journal_directory,
-                      exc.strerror if exc is not None else "?", len(self._pending_durable),
+                      exc.strerror if exc is not None else "?", len(self._held_ids),
                       committer.retry_seconds)
         else:
             log.warning("journal %s: space is available again: pending records written, durable messages "
