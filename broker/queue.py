@@ -421,14 +421,21 @@ class Queue:
         """Add a new message at the tail of its priority. Recovery re-enqueues in journal order."""
         if msg.seq is not None:
             raise ValueError("message already belongs to a queue")
-        msg.seq = next(self._seq)
+        msg.seq = seq = next(self._seq)
         self.messages_added += 1
         p = msg.payload
         n = len(p) if p[-8:] != LARGE_MAGIC else stored_size(p)
         self.size_bytes += n
         if self._meter is not None:
             self._meter.total += n
-        self._put(msg)
+        if msg.expires_at is None and msg.not_before is None:
+            # _put and _ReadySet.put inline for what every new message without an expiry is (once per
+            # message): the newest of its priority level, so it goes at the level's tail
+            ready = self._ready
+            ready.levels[msg.priority].append(msg)
+            ready.by_key[(-msg.priority, seq)] = msg
+        else:
+            self._put(msg)
         if self.arrivals:
             for cursor in self.arrivals:
                 cursor.append(msg)
@@ -528,8 +535,11 @@ class Queue:
                 c = self._consumers[cid]
                 if c.credit > 0 and (excluded is None or cid not in excluded) and (
                         c.accepts is None or c.accepts(msg)):
-                    del self._rr[i]
-                    self._rr.append(cid)
+                    if i == 0:
+                        self._rr.rotate(-1)  # the usual case, in one call: the first goes to the back
+                    else:
+                        del self._rr[i]
+                        self._rr.append(cid)
                     return c
             return None
         ready = [(i, self._consumers[cid]) for i, cid in enumerate(self._rr)
@@ -617,7 +627,12 @@ class Queue:
         c, msg = self._deliveries.pop(delivery_token)
         del c.unacked[delivery_token]
         if outcome == ACCEPTED:
-            self._gone(msg)
+            # _gone inline: once per acknowledged message
+            p = msg.payload
+            n = len(p) if p[-8:] != LARGE_MAGIC else stored_size(p)
+            self.size_bytes -= n
+            if self._meter is not None:
+                self._meter.total -= n
             self.messages_acknowledged += 1
             if self.removed is not None:
                 self.removed(msg, "normal")
