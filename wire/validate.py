@@ -141,12 +141,22 @@ def validate_message(msg) -> int:
                     raise CodecError(f"body section 0x{code:x} after a 0x{body:x} body at offset {pos}")
             elif code <= last:
                 raise CodecError(f"section 0x{code:x} out of order or repeated at offset {pos}")
-            elif code == PROPERTIES and vpos < n and msg[vpos] != _LIST0 and msg[vpos] != _NULL:
-                properties = vpos  # an empty list (or null) holds no absolute-expiry-time: left at -1
             if vpos >= n:
                 raise CodecError("truncated section")
-            _check_value(msg, code, vpos, n)
-            if msg[vpos] in _SIZE8:  # skip_value inlined for the one-byte size prefix (same checks, same errors)
+            c = msg[vpos]
+            # _check_value inline for the data, header and properties sections (the same checks, the same
+            # errors); the map and sequence sections go through it. An amqp-value may hold any value.
+            if code == DATA:
+                if c != _VBIN8 and c != _VBIN32:
+                    raise CodecError(f"a data section must hold binary, not type 0x{c:02x}")
+            elif code == HEADER or code == PROPERTIES:
+                if c != _LIST8 and c != _LIST0 and c != _NULL and c != _LIST32:
+                    raise CodecError(f"section 0x{code:x} must hold a list, not type 0x{c:02x}")
+                if code == PROPERTIES and c != _LIST0 and c != _NULL:
+                    properties = vpos  # an empty list (or null) holds no absolute-expiry-time: left at -1
+            elif code != AMQP_VALUE:
+                _check_value(msg, code, vpos, n)
+            if c in _SIZE8:  # skip_value inlined for the one-byte size prefix (same checks, same errors)
                 if vpos + 2 > n:
                     raise CodecError("truncated size")
                 pos = vpos + 2 + msg[vpos + 1]

@@ -61,6 +61,13 @@ NEAR = [
     ("empty properties, data short", HEADER_DURABLE + EMPTY_PROPERTIES + DATA + b"\xa0\x02x", "truncated value"),
     ("empty properties twice", EMPTY_PROPERTIES + EMPTY_PROPERTIES + _data8(b"x"), "out of order or repeated"),
     ("properties before the header", EMPTY_PROPERTIES + HEADER_DURABLE + _data8(b"x"), "out of order or repeated"),
+    # the general walk's inline type checks (data, header, properties) say what _check_value says
+    ("header holding a map", b"\x00Sp\xc1\x01\x00" + _data8(b"x"), "section 0x70 must hold a list, not type 0xc1"),
+    ("properties holding a string", HEADER_DURABLE + b"\x00Ss\xa1\x01x" + _data8(b"x"),
+     "section 0x73 must hold a list, not type 0xa1"),
+    ("data holding a list", HEADER_DURABLE + b"\x00Sr\xc1\x01\x00" + DATA + b"\xc0\x01\x00",
+     "a data section must hold binary, not type 0xc0"),
+    ("sequence holding null", b"\x00Sv\x40", "section 0x76 must hold a list, not type 0x40"),
 ]
 
 
