@@ -60,7 +60,7 @@ _HEADER_DEFAULTS = (False, DEFAULT_PRIORITY, None, 0)
 # The header a durable message has when nothing else in it is set, as AMQP client libraries write it: a
 # list8 of one field, durable = true (§3.2.1). Recognised whole, without the field loop.
 _DURABLE_ONLY = b"\xc0\x02\x01\x41"
-_HEADER_DESCRIPTOR = b"\x00\x53\x70"  # a header section, small-ulong descriptor (§3.2.1)
+_DURABLE_HEADER = b"\x00\x53\x70" + _DURABLE_ONLY  # that header as a section, small-ulong descriptor
 _DURABLE_DEFAULTS = (True, DEFAULT_PRIORITY, None, 0)
 
 
@@ -195,7 +195,7 @@ class QueuedMessage:
         """:meth:`from_bytes` for a message :func:`wire.validate.validate_message` accepted, given the
         offset of its properties section's value that it returned (-1: none), so that the sections are
         not walked a second time. Same result and same errors as :meth:`from_bytes`."""
-        if properties < 0 and payload[3:7] == _DURABLE_ONLY and payload[:3] == _HEADER_DESCRIPTOR:
+        if properties < 0 and payload[:7] == _DURABLE_HEADER:
             # the shape durable messages have most (see _DURABLE_ONLY): nothing else to read
             return cls(payload, None, DEFAULT_PRIORITY, None, 0, True, now_ms)
         fast = _fast_header(payload)
