@@ -314,7 +314,8 @@ class Queue:
     def __init__(self, name: str, *, max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS,
                  dead_letter: Callable[[QueuedMessage, str], None] | None = None,
                  expired: Callable[[QueuedMessage], None] | None = None,
-                 redelivery_delay: int = 0, clock: Callable[[], int] | None = None, meter=None):
+                 redelivery_delay: int = 0, clock: Callable[[], int] | None = None, meter=None,
+                 timed: set | None = None):
         self.name = name
         # Encoded bytes of the messages held (ready or being delivered), here and in ``meter`` (an object
         # with a ``total`` shared by every queue of a broker: its global-max-size accounting).
@@ -325,6 +326,9 @@ class Queue:
         # the clock (ms since the epoch) to stamp its not-before time; without one there is no delay.
         self.redelivery_delay = redelivery_delay if clock is not None else 0
         self._clock = clock
+        # A set shared by a broker's queues (broker.addressing.AddressModel.timed): this queue joins it when
+        # a message with an expiry or a delay comes in, so the broker's timers need not ask every queue.
+        self._timed = timed if timed is not None else set()
         self._delayed: SortedList = SortedList()        # (not_before, key) of ready, delayed messages
         self._dead_letter = dead_letter
         self._expired = expired
@@ -380,8 +384,15 @@ class Queue:
         self._ready.put(key, msg)
         if msg.expires_at is not None:
             self._expiry.add((msg.expires_at, key))
+            self._timed.add(self)
         if msg.not_before is not None:
             self._delayed.add((msg.not_before, key))
+            self._timed.add(self)
+
+    @property
+    def has_timers(self) -> bool:
+        """A ready message here has an expiry or a redelivery delay."""
+        return bool(self._expiry or self._delayed)
 
     def _take(self, key) -> QueuedMessage:
         msg = self._ready.pop(key)

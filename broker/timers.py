@@ -22,14 +22,25 @@ class Timers:
         self.addressing = addressing
         self.queue_changed = queue_changed  # a queue has messages to hand out again
 
+    def _timed_queues(self) -> list[Queue]:
+        """The queues with a ready message that has an expiry or a redelivery delay; a queue that has
+        none any more leaves ``addressing.timed`` here (it rejoins with its next such message)."""
+        timed = self.addressing.timed
+        if not timed:
+            return []
+        idle = [q for q in timed if not q.has_timers]
+        timed.difference_update(idle)
+        return list(timed)
+
     def next_expiry(self) -> int | None:
         """The earliest expires_at of a ready message in any queue, or None."""
-        times = [t for t in (q.next_expiry() for q in self.addressing.queues.values()) if t is not None]
+        times = [t for t in (q.next_expiry() for q in self._timed_queues()) if t is not None]
         return min(times) if times else None
 
     def next_timer(self) -> int | None:
-        """The earliest time there is work: an expiry or the end of a redelivery delay."""
-        times = [t for q in self.addressing.queues.values() for t in (q.next_expiry(), q.next_redelivery())
+        """The earliest time there is work: an expiry or the end of a redelivery delay. It looks at the
+        timed queues only (``addressing.timed``): every batch asks, and a broker may hold many queues."""
+        times = [t for q in self._timed_queues() for t in (q.next_expiry(), q.next_redelivery())
                  if t is not None]
         return min(times) if times else None
 
@@ -38,7 +49,7 @@ class Timers:
         that are over: ``(messages expired, whether any delay ended)``."""
         n = 0
         ended = False
-        for q in list(self.addressing.queues.values()):
+        for q in self._timed_queues():
             t = q.next_expiry()
             if t is not None and t <= now:
                 n += q.expire(now)

@@ -277,6 +277,30 @@ def test_expiry_delay_applies_to_messages_without_an_expiry(tmp_path):
     assert b.queues["short.q"].next_expiry() == 6_000
 
 
+def test_timers_look_only_at_queues_holding_timed_messages(tmp_path):
+    """Every batch asks for the next timer: it must cost the queues with an expiry or a delay, not every
+    queue (broker.addressing.AddressModel.timed), and a queue leaves that set once its timed message is gone."""
+    now = [5_000]
+    b = make_broker(tmp_path, clock=lambda: now[0])
+    for i in range(50):
+        b.create_queue(f"plain.{i}")
+    b.create_queue("short.q")
+    h = RouterHarness(router=b)
+    p = h.connect()
+    plain, short = p.sender("plain.7"), p.sender("short.q")
+    h.pump()
+    p.send(plain, body="untimed")
+    h.pump()
+    assert b.addressing.timed == set() and b.next_timer() is None
+    p.send(short, Message(body="e", ttl=2.0))
+    h.pump()
+    assert b.addressing.timed == {b.queues["short.q"]} and b.next_timer() == 7_000
+    now[0] = 7_000
+    assert b.expire_due() == 1
+    assert b.next_timer() is None and b.addressing.timed == set()
+    assert b.queues["plain.7"].message_count == 1
+
+
 def test_broker_connection_links_follow_queues_created_later(tmp_path):
     conns = """<broker-connections>
       <amqp-connection uri="tcp://127.0.0.1:1" name="r" auto-start="false">
