@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -325,6 +326,13 @@ def format_report(rep: dict) -> str:
     return "\n".join(lines)
 
 
+def _stop_on_sigterm(signum, _frame) -> None:
+    """SIGTERM ends tdbench the way Ctrl-C does: by an exception, so that every ``finally`` that stops a
+    daemon it started runs (the default action would kill tdbench alone and leave its routers and brokers
+    running)."""
+    raise SystemExit(128 + signum)
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click_security_options
 @click.option("--senders", default=1, show_default=True, type=click.IntRange(1, 256))
@@ -393,6 +401,7 @@ def main(senders, receivers, messages, size, presettled, window, address, router
 
     TLS (an amqps:// --router or any --ssl-* option) and SASL (--sasl-*) apply to the connections to the
     router given by --router or started with --router-config (whose first listener must then match)."""
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         security = Security.from_options(security_opts, url=router_url or "")
         security.settings_kwargs()  # refuses mechanisms our client cannot do, before anything starts

@@ -9,8 +9,10 @@ from __future__ import annotations
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -92,6 +94,52 @@ def test_a_run_that_cannot_deliver_fails(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED" in proc.stdout
     assert "amqp:not-found" in proc.stdout
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if ppid == pid:
+            found.append((int(entry), cmd))
+    return found
+
+
+@pytest.mark.system
+def test_sigterm_stops_the_daemons_tdbench_started():
+    """``kill`` of a running tdbench (SIGTERM) must not leave its broker and routers behind."""
+    proc = subprocess.Popen([sys.executable, "-m", "tools.bench", "--brokered", "--messages", "10000000",
+                             "--duration-limit", "60"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        daemons: list[int] = []
+        while len(daemons) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            daemons = [pid for pid, cmd in _children(proc.pid) if ".daemon" in cmd]
+        assert len(daemons) >= 2, "tdbench did not start its router and broker"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in daemons):
+        time.sleep(0.1)
+    left = [pid for pid in daemons if os.path.exists(f"/proc/{pid}")]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"daemons {left} outlived tdbench: {proc.stdout.read().decode()[-2000:]}"
 
 
 @pytest.mark.system
