@@ -21,7 +21,6 @@ import sys
 import click
 import trio
 
-from broker import httpserve
 from broker.acceptors import AcceptorControl, listening
 from broker.addressing import write_bindings
 from broker.config import BrokerConfig, BrokerConfigError, load_broker_config
@@ -32,7 +31,7 @@ from broker.runtime import BridgeTask, BrokerRuntime
 from broker.security import ACCEPTOR_MECHANISMS
 from broker.journal_io import JournalError
 from broker.server import Broker
-from broker.xmlschema import load_tree, split_tag
+from broker.xmlschema import HTTP_PROTOCOL, load_tree, split_tag
 from wire.driver import shut_down_on_signal
 from wire.errors import LocatedError
 from wire.logformat import OneLineFormatter
@@ -159,6 +158,9 @@ async def run_broker(cfg: BrokerConfig, *, task_status=trio.TASK_STATUS_IGNORED)
 
 async def _start_http_acceptor(broker: Broker, cfg: BrokerConfig, acc, nursery: trio.Nursery) -> None:
     """An acceptor with protocols=HTTP: the console, /metrics, /healthz (broker/httpserve.py)."""
+    # Imported only where HTTP is served: wire.http's h11 and wsproto cost every other start ~50 ms of CPU.
+    from broker import httpserve
+
     try:
         listeners = await httpserve.bind_http_acceptor(acc)
     except OSError as exc:
@@ -177,7 +179,7 @@ async def _start_acceptors(broker: Broker, cfg: BrokerConfig, nursery: trio.Nurs
         broker.network.set_local_acceptors(listening(broker.acceptors.values()))
 
     for acc in cfg.acceptors:
-        if httpserve.HTTP_PROTOCOL in acc.protocols:
+        if HTTP_PROTOCOL in acc.protocols:
             await _start_http_acceptor(broker, cfg, acc, nursery)
             continue
         settings = broker.connection_settings(name=acc.name, **acceptor_security(cfg))

@@ -24,6 +24,7 @@ The grammar is written for lark (LALR), a well-kept parser generator, instead of
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -90,7 +91,13 @@ IDENT: /[A-Za-z_$][A-Za-z0-9_$]*/
 %ignore WS
 """
 
-_PARSER = Lark(_GRAMMAR, parser="lalr", maybe_placeholders=False)
+
+
+@functools.cache
+def _parser() -> Lark:
+    """The selector parser, built on first use: building the LALR tables costs about 80 ms on a slow core,
+    which every broker start would pay, while most brokers never see a selector."""
+    return Lark(_GRAMMAR, parser="lalr", maybe_placeholders=False)
 
 
 class SelectorError(ValueError):
@@ -207,7 +214,7 @@ def parse(text: str) -> Selector:
     if len(text) > MAX_SELECTOR_LENGTH:
         raise SelectorError(f"selector longer than {MAX_SELECTOR_LENGTH} characters")
     try:
-        tree = _Build().transform(_PARSER.parse(text))
+        tree = _Build().transform(_parser().parse(text))
     except SelectorError:
         raise
     except UnexpectedToken as exc:

@@ -88,6 +88,10 @@ class RouterConfig:
         """The entities of one non-singleton section type (``listener``, ``linkRoute``...)."""
         return getattr(self, _LISTS[kind])
 
+    def http_listeners(self) -> list[Entity]:
+        """The listeners with ``http: yes`` (served by router/httpserve.py)."""
+        return [e for e in self.listeners if e.get("http")]
+
 
 #: RouterConfig list attribute for each non-singleton section type
 _LISTS = {

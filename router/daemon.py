@@ -24,7 +24,7 @@ import click
 import proton
 import trio
 
-from router import httpserve, schema
+from router import schema
 from router.config import ConfigError, RouterConfig, failover_server_list, load_config
 from router.budget import (DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_CONNECTION_BUFFERED_BYTES,
                            DEFAULT_STALLED_DELIVERY_TIMEOUT_SECONDS, BufferBudget)
@@ -261,8 +261,14 @@ def _start_listeners(services: ServiceManager, cfg: RouterConfig) -> None:
 def _bind_http_listeners(cfg: RouterConfig) -> list:
     """Bind the ``http: yes`` listeners (router/httpserve.py): [(entity, trio listeners)]; a socket the OS
     refuses is a LocatedError at the listener's section, as for AMQP listeners."""
+    entities = cfg.http_listeners()
+    if not entities:
+        return []
+    # Imported only where HTTP is served: wire.http's h11 and wsproto cost every other start ~50 ms of CPU.
+    from router import httpserve
+
     bound = []
-    for entity in httpserve.http_listener_entities(cfg):
+    for entity in entities:
         try:
             bound.append((entity, httpserve.bind_http_listener(entity)))
         except OSError as exc:
@@ -291,9 +297,11 @@ async def _serve(router: Router, cfg: RouterConfig, security: RouterSecurity, si
                 services.add("connector", entity)
             agent = ManagementAgent(router, config=cfg, services=services, clock=trio.current_time)
             attach_agent(router, agent)
+            if http_listeners:
+                from router.httpserve import serve_http_listener  # imported by _bind_http_listeners already
             for entity, listeners in http_listeners:
-                httpserve.serve_http_listener(nursery, listeners, router, agent, entity, security=security,
-                                              services=services, config=cfg)
+                serve_http_listener(nursery, listeners, router, agent, entity, security=security,
+                                    services=services, config=cfg)
             nursery.start_soon(_ticker, router)
             if router.flow is not None:
                 nursery.start_soon(router.flow.run)

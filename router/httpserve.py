@@ -296,11 +296,6 @@ def router_metrics(dispatch, router_id: str) -> str:
 
 
 # -- the listener -------------------------------------------------------------------------------------
-def http_listener_entities(cfg) -> list:
-    """The configuration's listeners with ``http: yes``."""
-    return [e for e in cfg.listeners if e.get("http")]
-
-
 def console_root(entity) -> Path | None:
     """The listener's httpRootDir (None: the console shipped in the package)."""
     root = entity.get("httpRootDir")

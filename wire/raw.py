@@ -17,6 +17,9 @@ dicts directly. A pointer must be dropped from every dict before the object it p
 
 from __future__ import annotations
 
+import array
+import sys
+
 import proton
 from cproton_ffi import ffi, lib
 
@@ -131,12 +134,34 @@ def send_message(link, tag: bytes, payload: bytes):
 # link's unsettled deliveries while fewer than TAG_RING are outstanding; callers check that.
 TAG_RING = 1 << 16
 _TAG_WIDTH = 4
-_tag_store = ffi.new("char[]", b"".join(b"%04x" % i for i in range(TAG_RING)))
+_tag_numbers = array.array("H", range(TAG_RING))
+if _tag_numbers.itemsize == 2 and sys.byteorder == "little":
+    _tag_numbers.byteswap()  # big-endian, so that each number's hex digits come out in reading order
+_tag_store = ffi.new("char[]", _tag_numbers.tobytes().hex().encode()
+                     if _tag_numbers.itemsize == 2 else b"".join(b"%04x" % i for i in range(TAG_RING)))
+del _tag_numbers
 _ring_tags = ffi.new("pn_bytes_t[]", TAG_RING)
-for _i in range(TAG_RING):
-    _ring_tags[_i].size = _TAG_WIDTH
-    _ring_tags[_i].start = _tag_store + _TAG_WIDTH * _i
-del _i
+
+
+def _fill_ring_tags() -> None:
+    """Point ring entry i at tag i. Every daemon and tool start does this, so the entries are written as
+    one block of machine words where pn_bytes_t is two of them (size, then pointer: LP64 Linux), rather
+    than by 131,072 cffi attribute stores (about 0.1 s of start-up on a slow core)."""
+    word = ffi.sizeof("size_t")
+    if (ffi.sizeof("pn_bytes_t"), ffi.offsetof("pn_bytes_t", "size"), ffi.offsetof("pn_bytes_t", "start"),
+            ffi.sizeof("char *")) == (2 * word, 0, word, word) and word == array.array("Q").itemsize:
+        base = int(ffi.cast("uintptr_t", _tag_store))
+        words = array.array("Q", bytes(2 * word * TAG_RING))
+        words[0::2] = array.array("Q", [_TAG_WIDTH]) * TAG_RING
+        words[1::2] = array.array("Q", range(base, base + _TAG_WIDTH * TAG_RING, _TAG_WIDTH))
+        ffi.memmove(_ring_tags, words, len(words) * word)
+        return
+    for i in range(TAG_RING):  # any other layout: entry by entry
+        _ring_tags[i].size = _TAG_WIDTH
+        _ring_tags[i].start = _tag_store + _TAG_WIDTH * i
+
+
+_fill_ring_tags()
 
 
 def send_ring_tagged(link, seq: int, payload: bytes):
