@@ -10,6 +10,13 @@ from __future__ import annotations
 
 import os
 
+from tools.lazyssl import defer_ssl_domains
+
+# Every proton container a test makes (tests/system/clients.py's clients, BlockingConnection) would build
+# two OpenSSL contexts with the system's CA bundle, ~100 ms of CPU, TLS or not: the suite makes thousands.
+# They are built when a TLS connection first needs them instead (tools/lazyssl.py).
+defer_ssl_domains()
+
 try:
     from hypothesis import HealthCheck, settings
 except ImportError:  # hypothesis is in the test extra; tolerate its absence

@@ -20,6 +20,7 @@ from proton import ConnectionException, Message, Timeout
 from proton.utils import BlockingConnection
 
 from tools import engineclient
+from tools.lazyssl import defer_ssl_domains
 from wire import management as wm
 
 DEFAULT_TIMEOUT = 10.0
@@ -144,6 +145,7 @@ class _ProtonConnection:
             url, kw = normalise_url(bus), {}
         else:
             url, kw = security.proton_url(bus), security.proton_connect_kwargs()
+        defer_ssl_domains()  # no OpenSSL contexts (~100 ms of CPU) unless this connection is TLS
         try:
             self.blocking = BlockingConnection(url, timeout=timeout, **kw)
         except ConnectionException as exc:
