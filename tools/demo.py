@@ -52,6 +52,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from tools.daemons import BROKER, ROUTER, DaemonProcess
+from tools.lazyssl import defer_ssl_domains
 from tools.democonf import (BROKER_XML, DEMO_BROKER_XML, LINK_ROUTE_ROUTER_CONF, PEER_CONNECTION, ROUTER_CONF,
                              WAYPOINT_ROUTER_CONF, broker_flow, router_flow)
 from tools.demoshow import DEAD_LETTER_QUEUE, BrokerView, RouterView, Workspace
@@ -228,6 +229,7 @@ class Brokerless(MessagingHandler):
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """tddemo: narrated demonstrations against real tdrouterd processes."""
+    defer_ssl_domains()  # the demos' proton clients speak plain AMQP: no OpenSSL contexts (tools/lazyssl.py)
 
 
 def _records_options(f):
