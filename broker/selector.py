@@ -92,7 +92,6 @@ IDENT: /[A-Za-z_$][A-Za-z0-9_$]*/
 """
 
 
-
 @functools.cache
 def _parser() -> Lark:
     """The selector parser, built on first use: building the LALR tables costs about 80 ms on a slow core,
