@@ -25,6 +25,7 @@ import dataclasses
 import os
 import pathlib
 import queue
+import random
 import re
 import signal
 import socket
@@ -134,8 +135,47 @@ def daemon_env() -> dict[str, str]:
     return env
 
 
+#: Where :func:`free_port` looks: from here up to the start of the kernel's ephemeral range (the well-known
+#: and registered service ports below stay out of it).
+FREE_PORT_FLOOR = 10000
+#: How many ports free_port remembers having handed out, so that a test naming several gets distinct ones.
+FREE_PORTS_REMEMBERED = 4096
+_EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+_handed_out: dict[int, None] = {}   # insertion-ordered: the oldest is forgotten first
+_port_picker = random.Random()
+
+
+def _ephemeral_low() -> int | None:
+    try:
+        with open(_EPHEMERAL_RANGE) as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for a configuration that must name one)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a configuration that must name one).
+
+    It is taken below the kernel's ephemeral range (Linux ``ip_local_port_range``): a port the kernel picked
+    for ``bind(("127.0.0.1", 0))`` comes from the range every outgoing connection takes its source port
+    from, so between this call and the daemon's bind another process's connection could take it ("Address
+    already in use"; seen under load). Ports handed out lately are not handed out again. Where the range
+    starts too low to leave room, the kernel picks, as before."""
+    low = _ephemeral_low()
+    if low is not None and low - FREE_PORT_FLOOR > 2 * FREE_PORTS_REMEMBERED:
+        for _ in range(1000):
+            port = _port_picker.randrange(FREE_PORT_FLOOR, low)
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out[port] = None
+            if len(_handed_out) > FREE_PORTS_REMEMBERED:
+                del _handed_out[next(iter(_handed_out))]
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 from tests.system.harness import REPO_ROOT
-from tools.daemons import BROKER, ROUTER, run_expecting_failure
+from tools.daemons import BROKER, ROUTER, free_port, run_expecting_failure
 
 pytestmark = pytest.mark.system
 
@@ -34,12 +34,6 @@ def taken_port():
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         yield sock.getsockname()[1]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _router_conf(tmp_path: pathlib.Path, *ports: int, extra: str = "") -> pathlib.Path:
@@ -85,7 +79,7 @@ def test_router_listener_port_in_use(tmp_path, taken_port):
 
 def test_router_second_listener_port_in_use_names_that_listener(tmp_path, taken_port):
     """The first listener was bound; the second one's section is named, and the daemon still exits."""
-    conf = _router_conf(tmp_path, _free_port(), taken_port)
+    conf = _router_conf(tmp_path, free_port(), taken_port)
     status, stderr = run_expecting_failure(ROUTER, conf, timeout=TIMEOUT, cwd=REPO_ROOT)
     assert status == EXIT_STARTUP_FAILED, stderr
     assert _only_line(stderr, str(conf)).startswith(f"{conf}:9: listener: cannot listen on 127.0.0.1:{taken_port}: ")
@@ -103,7 +97,7 @@ def test_router_named_listener_is_named(tmp_path, taken_port):
 def test_router_bad_certificate_is_a_refused_configuration(tmp_path):
     bad = tmp_path / "bad.pem"
     bad.write_text("not a certificate\n")
-    conf = _router_conf(tmp_path, _free_port(), extra=f"""
+    conf = _router_conf(tmp_path, free_port(), extra=f"""
         sslProfile {{
             name: tls
             certFile: {bad}
@@ -116,7 +110,7 @@ def test_router_bad_certificate_is_a_refused_configuration(tmp_path):
 
 
 def test_router_unwritable_log_file_is_a_refused_configuration(tmp_path):
-    conf = _router_conf(tmp_path, _free_port(), extra=f"""
+    conf = _router_conf(tmp_path, free_port(), extra=f"""
         log {{
             module: DEFAULT
             outputFile: {tmp_path / 'no-such-dir' / 'router.log'}
@@ -139,7 +133,7 @@ def test_broker_journal_directory_that_cannot_be_made(tmp_path):
     """A journal directory under a plain file (ENOTDIR holds for root too, unlike a chmod)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    xml = _broker_xml(tmp_path, _free_port(), journal=str(blocker / "journal"))
+    xml = _broker_xml(tmp_path, free_port(), journal=str(blocker / "journal"))
     status, stderr = run_expecting_failure(BROKER, xml, timeout=TIMEOUT, cwd=REPO_ROOT)
     assert status == EXIT_STARTUP_FAILED, stderr
     assert _only_line(stderr, str(xml)) == f"{xml}:5: <journal-directory> {blocker / 'journal'}: Not a directory"
@@ -149,7 +143,7 @@ def test_broker_journal_directory_that_cannot_be_made(tmp_path):
 def test_broker_bad_key_store_is_a_refused_configuration(tmp_path):
     bad = tmp_path / "bad.pem"
     bad.write_text("not a key\n")
-    xml = _broker_xml(tmp_path, _free_port(), uri_extra=f";sslEnabled=true;keyStorePath={bad}")
+    xml = _broker_xml(tmp_path, free_port(), uri_extra=f";sslEnabled=true;keyStorePath={bad}")
     status, stderr = run_expecting_failure(BROKER, xml, timeout=TIMEOUT, cwd=REPO_ROOT)
     assert status == EXIT_CONFIG_REFUSED, stderr
     assert _only_line(stderr, str(xml)).startswith(f"{xml}:7: acceptor 'amqp': keyStorePath: {bad}: ")
@@ -168,7 +162,7 @@ def test_make_run_stops_both_and_exits_with_the_failing_daemons_status(tmp_path,
     venv = _venv_with_daemons()
     if venv is None:
         pytest.skip(f"{sys.executable} is not in a venv with tdrouterd and tdbroker installed")
-    router_port, broker_port = (taken_port, _free_port()) if failing == "tdrouterd" else (_free_port(), taken_port)
+    router_port, broker_port = (taken_port, free_port()) if failing == "tdrouterd" else (free_port(), taken_port)
     conf = _router_conf(tmp_path, router_port)
     xml = _broker_xml(tmp_path, broker_port)
     proc = subprocess.run(["make", "-s", "-o", f"{venv}/.installed-run", "run", f"VENV={venv}",
@@ -184,7 +178,7 @@ def test_make_run_stops_both_and_exits_with_the_failing_daemons_status(tmp_path,
 def test_broker_flow_records_directory_that_cannot_be_made(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    xml = _broker_xml(tmp_path, _free_port())
+    xml = _broker_xml(tmp_path, free_port())
     xml.write_text(xml.read_text().replace("</acceptors>", f'</acceptors>\n<flow-records directory="{blocker}/flows"/>'))
     status, stderr = run_expecting_failure(BROKER, xml, timeout=TIMEOUT, cwd=REPO_ROOT)
     assert status == EXIT_STARTUP_FAILED, stderr
@@ -195,7 +189,7 @@ def test_broker_flow_records_directory_that_cannot_be_made(tmp_path):
 def test_router_flow_records_directory_that_cannot_be_made_is_a_refused_configuration(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    conf = _router_conf(tmp_path, _free_port(), extra=f"flowRecords {{\n    directory: {blocker}/flows\n}}\n")
+    conf = _router_conf(tmp_path, free_port(), extra=f"flowRecords {{\n    directory: {blocker}/flows\n}}\n")
     status, stderr = run_expecting_failure(ROUTER, conf, timeout=TIMEOUT, cwd=REPO_ROOT)
     assert status == EXIT_CONFIG_REFUSED, stderr
     assert "Not a directory" in _only_line(stderr, f"{conf}:9: flowRecords: ")

@@ -4,6 +4,7 @@ tests read them, and real daemons started, refused and stopped through it."""
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -124,3 +125,33 @@ def test_a_daemon_without_a_listener_is_refused_and_a_tool_gets_its_own_error(tm
     with pytest.raises(ToolError, match="was ready without reporting a listener"):
         d.start()
     assert not d.is_running()
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_and_are_distinct():
+    """A port the kernel picks for bind(0) is one any outgoing connection may take as its source port before
+    the daemon binds it ("Address already in use" under load): free_port takes them from below that range,
+    and never the same one twice in a row of tests."""
+    low = daemons._ephemeral_low()
+    if low is None or low - daemons.FREE_PORT_FLOOR <= 2 * daemons.FREE_PORTS_REMEMBERED:
+        pytest.skip(f"no room below the ephemeral range here ({low})")
+    ports = [daemons.free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+    assert all(daemons.FREE_PORT_FLOOR <= p < low for p in ports)
+    with socket.socket() as s:  # free a moment ago, so bindable now
+        s.bind(("127.0.0.1", ports[-1]))
+
+
+def test_a_port_in_use_is_not_handed_out(monkeypatch):
+    with socket.socket() as taken, socket.socket() as spare:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        spare.bind(("127.0.0.1", 0))
+        free = spare.getsockname()[1]
+        spare.close()
+        monkeypatch.setattr(daemons, "FREE_PORT_FLOOR", 1024)
+        monkeypatch.setattr(daemons, "_ephemeral_low", lambda: 65536)
+        monkeypatch.setattr(daemons, "_handed_out", {})
+        picks = iter([busy, busy, free])  # what the random choice comes up with
+        monkeypatch.setattr(daemons._port_picker, "randrange", lambda a, b: next(picks))
+        assert daemons.free_port() == free

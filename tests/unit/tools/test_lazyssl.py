@@ -3,22 +3,15 @@ domains still works (a proton listener and client in one container, certificates
 
 from __future__ import annotations
 
-import socket
-
 import trustme
 from proton import SSLDomain
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from tools.daemons import free_port
 from tools.lazyssl import DeferredSSLConfig, defer_ssl_domains
 
 TIMEOUT_SECONDS = 10
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _OpenOnce(MessagingHandler):
@@ -26,7 +19,7 @@ class _OpenOnce(MessagingHandler):
 
     def __init__(self, scheme: str, prepare=None):
         super().__init__()
-        port = _free_port()
+        port = free_port()
         self.url = f"{scheme}://127.0.0.1:{port}"
         self.client_url = f"{scheme}://localhost:{port}"  # proton checks a peer's name against DNS names only
         self.prepare = prepare
