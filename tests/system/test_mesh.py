@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import re
+import threading
 import time
 
 import pytest
@@ -240,31 +241,55 @@ def test_failover_in_a_triangle_after_kill_9(mesh):
 
 
 class _Flow:
-    """Samples a consumer's count whenever asked: the longest time it did not grow."""
+    """Watches a consumer's count from a thread of its own, every SAMPLE_SECONDS, for as long as the
+    ``with`` block lasts: the longest time it did not grow. Sampling only while the test polls would count
+    the seconds the test spends starting a router (seconds under load) as a stall of the traffic."""
+
+    SAMPLE_SECONDS = 0.02
 
     def __init__(self, consumer):
         self.consumer = consumer
         self.count = consumer.received()
         self.since = time.monotonic()
         self.longest_stall = 0.0
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="flow-watch", daemon=True)
+
+    def __enter__(self) -> "_Flow":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.SAMPLE_SECONDS):
+            self.sample()
 
     def sample(self) -> int:
-        now, n = time.monotonic(), self.consumer.received()
-        self.longest_stall = max(self.longest_stall, now - self.since)
-        if n > self.count:
-            self.count, self.since = n, now
-        return n
+        with self._lock:
+            now, n = time.monotonic(), self.consumer.received()
+            self.longest_stall = max(self.longest_stall, now - self.since)
+            if n > self.count:
+                self.count, self.since = n, now
+            return n
+
+    def reset(self) -> None:
+        """Forget the stalls seen so far (one in progress goes on counting from the last arrival)."""
+        with self._lock:
+            self.longest_stall = 0.0
 
     def wait(self, predicate, timeout: float, what: str) -> float:
-        """Poll ``predicate`` (sampling the flow) until it holds; the seconds it took."""
+        """Poll ``predicate`` until it holds; the seconds it took."""
         start = time.monotonic()
         while True:
-            self.sample()
             if predicate():
                 return time.monotonic() - start
             if time.monotonic() - start > timeout:
                 raise AssertionError(f"{what}: not within {timeout} s")
-            time.sleep(0.02)
+            time.sleep(self.SAMPLE_SECONDS)
 
 
 def _refusals(router) -> list[str]:
@@ -286,39 +311,39 @@ def test_duplicate_router_id_is_refused_and_the_mesh_stays_whole(mesh, via):
     c.wait_ready()
     mesh.wait_route("A", "C", TIMEOUT)
     p = Producer(mesh.url("A"), "dup/q", count=100_000, interval=0.01).start()   # paced, never runs out
-    flow = _Flow(c)
-    flow.wait(lambda: c.received() >= 20, TIMEOUT, "traffic from A to C before the impostor")
-    # instance = start time in whole seconds: the impostor must start in a later second to be told apart
-    flow.wait(lambda: time.time() >= int(c_started) + 1, 2, "a second after C started")
+    with _Flow(c) as flow:
+        flow.wait(lambda: c.received() >= 20, TIMEOUT, "traffic from A to C before the impostor")
+        # instance = start time in whole seconds: the impostor must start in a later second to be told apart
+        flow.wait(lambda: time.time() >= int(c_started) + 1, 2, "a second after C started")
 
-    flow.longest_stall = 0.0
-    impostor = mesh.add("C-impostor", listen=False, connect={via: 1}, router_id="C")
-    # refused, and refused again when its connector comes back: the real C is alive
-    flow.wait(lambda: len(_refusals(impostor)) >= 3, TIMEOUT, f"{via} refusing the impostor 3 times")
-    crit = [ln for ln in mesh[via].stderr_text().splitlines() if "duplicate router id" in ln]
-    assert crit and all(" CRITICAL " in ln for ln in crit) and "'C'" in crit[0], crit
-    assert [ln for ln in impostor.stderr_text().splitlines()
-            if " CRITICAL " in ln and "was refused by the router on connection" in ln]
-    for name in "AB":                                # nobody took the impostor for a restart of C
-        assert " restarted " not in mesh[name].stderr_text()
-    seen = c.received()
-    flow.wait(lambda: c.received() >= seen + 100, TIMEOUT, "traffic from A to C with the impostor around")
-    stall_with_impostor = flow.longest_stall
+        flow.reset()
+        impostor = mesh.add("C-impostor", listen=False, connect={via: 1}, router_id="C")
+        # refused, and refused again when its connector comes back: the real C is alive
+        flow.wait(lambda: len(_refusals(impostor)) >= 3, TIMEOUT, f"{via} refusing the impostor 3 times")
+        crit = [ln for ln in mesh[via].stderr_text().splitlines() if "duplicate router id" in ln]
+        assert crit and all(" CRITICAL " in ln for ln in crit) and "'C'" in crit[0], crit
+        assert [ln for ln in impostor.stderr_text().splitlines()
+                if " CRITICAL " in ln and "was refused by the router on connection" in ln]
+        for name in "AB":                                # nobody took the impostor for a restart of C
+            assert " restarted " not in mesh[name].stderr_text()
+        seen = c.received()
+        flow.wait(lambda: c.received() >= seen + 100, TIMEOUT, "traffic from A to C with the impostor around")
+        stall_with_impostor = flow.longest_stall
 
-    assert impostor.stop() == 0
-    left = time.monotonic()
-    seen = c.received()
-    flow.wait(lambda: c.received() >= seen + 20, 3.0, "traffic from A to C after the impostor left")
-    fresh = mesh.wait_route("A", "C", 3.0)           # a new address on C is routable from A: MAUs work
-    print(f"duplicate id via {via}: longest stall of A->C traffic while the impostor was around "
-          f"{stall_with_impostor:.2f} s; whole {time.monotonic() - left:.2f} s after it left "
-          f"(fresh route A->C in {fresh:.2f} s)")
-    assert stall_with_impostor < 3.0, stall_with_impostor
-    p.close()
-    assert set(p.outcomes) <= {"accepted"}, p.outcomes
-    ids = c.ids  # one snapshot: the consumer is still receiving what was in flight when the producer closed
-    assert ids == list(range(len(ids))), "a delivery to C was lost or duplicated"
-    assert {i for i, o in p.outcome_of.items() if o == ["accepted"]} <= set(c.ids)
+        assert impostor.stop() == 0
+        left = time.monotonic()
+        seen = c.received()
+        flow.wait(lambda: c.received() >= seen + 20, 3.0, "traffic from A to C after the impostor left")
+        fresh = mesh.wait_route("A", "C", 3.0)           # a new address on C is routable from A: MAUs work
+        print(f"duplicate id via {via}: longest stall of A->C traffic while the impostor was around "
+              f"{stall_with_impostor:.2f} s; whole {time.monotonic() - left:.2f} s after it left "
+              f"(fresh route A->C in {fresh:.2f} s)")
+        assert stall_with_impostor < 3.0, stall_with_impostor
+        p.close()
+        assert set(p.outcomes) <= {"accepted"}, p.outcomes
+        ids = c.ids  # one snapshot: the consumer is still receiving what was in flight when the producer closed
+        assert ids == list(range(len(ids))), "a delivery to C was lost or duplicated"
+        assert {i for i, o in p.outcome_of.items() if o == ["accepted"]} <= set(c.ids)
 
 
 def test_duplicate_router_id_is_logged_critical(mesh):
